@@ -1,0 +1,229 @@
+//! Policy configuration: the flags of SPEC.md §2, shared by `serve` and `review`.
+//!
+//! Every flag is also an environment variable `MODELGATE_<NAME>`. Values are checked while the
+//! command line is parsed, so an invalid one stops the program with exit code 2 and a one-line
+//! error that names the flag and the accepted range, before anything else happens.
+
+use clap::{Args, ValueEnum};
+
+/// Largest uid/gid Kubernetes accepts (`int32` max).
+pub const MAX_ID: i64 = 2_147_483_647;
+
+/// The canonical name of the cache-prep init container (SPEC.md §4).
+pub const PREP_CONTAINER: &str = "model-cache-prep";
+
+/// A uid or gid setting that may be switched off (`none`, for OpenShift where the SCC assigns it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdSetting {
+    Set(i64),
+    None,
+}
+
+impl IdSetting {
+    pub fn value(self) -> Option<i64> {
+        match self {
+            IdSetting::Set(v) => Some(v),
+            IdSetting::None => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrepMode {
+    Always,
+    Never,
+}
+
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Policy (SPEC.md §2)")]
+pub struct PolicyConfig {
+    /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
+    #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", value_parser = parse_uid_or_none)]
+    pub run_as_user: IdSetting,
+
+    /// gid set alongside runAsUser; `none` never sets one.
+    #[arg(long, env = "MODELGATE_RUN_AS_GROUP", default_value = "1000", value_parser = parse_gid_or_none)]
+    pub run_as_group: IdSetting,
+
+    /// fsGroup given to a pod that mounts the model cache and has none; 0 or less never sets one.
+    #[arg(long = "default-fsgroup", env = "MODELGATE_DEFAULT_FSGROUP", default_value_t = 102,
+          allow_negative_numbers = true, value_parser = parse_fsgroup)]
+    pub default_fsgroup: i64,
+
+    /// Owner of the cache root when the pod has no pod-level runAsUser (1..2147483647).
+    #[arg(long, env = "MODELGATE_INIT_CONTAINER_USER", default_value_t = 101,
+          allow_negative_numbers = true, value_parser = parse_init_container_user)]
+    pub init_container_user: i64,
+
+    /// Inject the model-cache-prep init container, or never inject it.
+    #[arg(long, env = "MODELGATE_MODEL_CACHE_PREP", value_enum, default_value_t = PrepMode::Always)]
+    pub model_cache_prep: PrepMode,
+
+    /// Image of the prep container (needs sh, chown, chmod).
+    #[arg(long, env = "MODELGATE_INIT_IMAGE", default_value = "docker.io/curlimages/curl:8.18.0",
+          value_parser = non_empty)]
+    pub init_image: String,
+
+    /// The pod volume that is the writable model cache (per pod: annotation modelgate.io/cache-volume).
+    #[arg(long, env = "MODELGATE_CACHE_VOLUME", default_value = "model-cache", value_parser = non_empty)]
+    pub cache_volume: String,
+
+    /// Where the prep container mounts the cache volume's root.
+    #[arg(long, env = "MODELGATE_CACHE_MOUNT_PATH", default_value = "/models", value_parser = absolute_path)]
+    pub cache_mount_path: String,
+
+    /// Where a resolved node-local model is mounted read-only.
+    #[arg(long, env = "MODELGATE_MODEL_MOUNT_PATH", default_value = "/mnt/models", value_parser = absolute_path)]
+    pub model_mount_path: String,
+
+    /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
+    #[arg(long = "exempt-namespace", env = "MODELGATE_EXEMPT_NAMESPACE", value_delimiter = ',')]
+    pub exempt_namespaces: Vec<String>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            run_as_user: IdSetting::Set(1000),
+            run_as_group: IdSetting::Set(1000),
+            default_fsgroup: 102,
+            init_container_user: 101,
+            model_cache_prep: PrepMode::Always,
+            init_image: "docker.io/curlimages/curl:8.18.0".into(),
+            cache_volume: "model-cache".into(),
+            cache_mount_path: "/models".into(),
+            model_mount_path: "/mnt/models".into(),
+            exempt_namespaces: Vec::new(),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// The exempt namespaces in force: the flag's values, or `kube-system` plus the namespace the
+    /// webhook runs in (from `POD_NAMESPACE`, as the manifests set it) when the flag is not given.
+    pub fn effective_exempt_namespaces(&self) -> Vec<String> {
+        if !self.exempt_namespaces.is_empty() {
+            return self.exempt_namespaces.clone();
+        }
+        let mut out = vec!["kube-system".to_string()];
+        if let Ok(own) = std::env::var("POD_NAMESPACE")
+            && !own.is_empty()
+            && own != "kube-system"
+        {
+            out.push(own);
+        }
+        out
+    }
+
+    /// Resolves the exempt namespace default once, so the pipeline never reads the environment.
+    pub fn finalize(mut self) -> Self {
+        self.exempt_namespaces = self.effective_exempt_namespaces();
+        self
+    }
+
+    pub fn is_exempt(&self, namespace: &str) -> bool {
+        self.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+}
+
+fn parse_int(s: &str) -> Result<i64, String> {
+    s.trim()
+        .parse::<i64>()
+        .map_err(|_| format!("`{s}` is not an integer"))
+}
+
+fn in_range(s: &str, lo: i64) -> Result<i64, String> {
+    let v = parse_int(s).map_err(|e| format!("{e}; expected an integer in {lo}..{MAX_ID}"))?;
+    if (lo..=MAX_ID).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside {lo}..{MAX_ID}"))
+    }
+}
+
+fn parse_uid_or_none(s: &str) -> Result<IdSetting, String> {
+    if s == "none" {
+        return Ok(IdSetting::None);
+    }
+    in_range(s, 1)
+        .map(IdSetting::Set)
+        .map_err(|e| format!("{e} (or `none`)"))
+}
+
+fn parse_gid_or_none(s: &str) -> Result<IdSetting, String> {
+    if s == "none" {
+        return Ok(IdSetting::None);
+    }
+    in_range(s, 0)
+        .map(IdSetting::Set)
+        .map_err(|e| format!("{e} (or `none`)"))
+}
+
+fn parse_fsgroup(s: &str) -> Result<i64, String> {
+    let v = parse_int(s)?;
+    if v > MAX_ID {
+        return Err(format!("{v} is above {MAX_ID}; use 0 to never set an fsGroup"));
+    }
+    Ok(v)
+}
+
+/// `--init-container-user` must be a real non-root uid: 1..2147483647.
+pub fn parse_init_container_user(s: &str) -> Result<i64, String> {
+    in_range(s, 1)
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+fn absolute_path(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') || s.contains(['\n', '\'', '"', ';', '&', '|', '$', '`']) {
+        Err(format!(
+            "`{s}` must be an absolute path without shell metacharacters"
+        ))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_container_user_range() {
+        assert_eq!(parse_init_container_user("1"), Ok(1));
+        assert_eq!(parse_init_container_user("2147483647"), Ok(MAX_ID));
+        for bad in ["0", "-1", "2147483648", "abc", "1.5", ""] {
+            let err = parse_init_container_user(bad).unwrap_err();
+            assert!(err.contains("1..2147483647"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn uid_or_none() {
+        assert_eq!(parse_uid_or_none("none"), Ok(IdSetting::None));
+        assert_eq!(parse_uid_or_none("1000"), Ok(IdSetting::Set(1000)));
+        assert!(parse_uid_or_none("0").is_err());
+        assert_eq!(parse_gid_or_none("0"), Ok(IdSetting::Set(0)));
+        assert!(parse_gid_or_none("-1").is_err());
+    }
+
+    #[test]
+    fn fsgroup_zero_or_negative_means_never() {
+        assert_eq!(parse_fsgroup("0"), Ok(0));
+        assert_eq!(parse_fsgroup("-5"), Ok(-5));
+        assert!(parse_fsgroup("2147483648").is_err());
+    }
+
+    #[test]
+    fn paths_must_be_absolute_and_shell_safe() {
+        assert!(absolute_path("/models").is_ok());
+        assert!(absolute_path("models").is_err());
+        assert!(absolute_path("/m; rm -rf /").is_err());
+    }
+}

@@ -77,7 +77,11 @@ pub struct PolicyConfig {
     pub model_mount_path: String,
 
     /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
-    #[arg(long = "exempt-namespace", env = "MODELGATE_EXEMPT_NAMESPACE", value_delimiter = ',')]
+    #[arg(
+        long = "exempt-namespace",
+        env = "MODELGATE_EXEMPT_NAMESPACE",
+        value_delimiter = ','
+    )]
     pub exempt_namespaces: Vec<String>,
 }
 
@@ -162,7 +166,9 @@ fn parse_gid_or_none(s: &str) -> Result<IdSetting, String> {
 fn parse_fsgroup(s: &str) -> Result<i64, String> {
     let v = parse_int(s)?;
     if v > MAX_ID {
-        return Err(format!("{v} is above {MAX_ID}; use 0 to never set an fsGroup"));
+        return Err(format!(
+            "{v} is above {MAX_ID}; use 0 to never set an fsGroup"
+        ));
     }
     Ok(v)
 }

@@ -1,14 +1,16 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! modelgate: a mutating and validating admission webhook for clusters that serve ML models.
+//!
+//! The layers, from the inside out:
+//! - [`policy`]: SPEC.md's rules as pure functions over a decoded workload;
+//! - [`cache`]: KServe's model cache objects and the index that answers lookups;
+//! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
+//!   operation, and encodes the one response the API server gets;
+//! - [`cli`]: the `review`, `serve` and `certs` commands.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub mod admission;
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod documents;
+pub mod patch;
+pub mod policy;

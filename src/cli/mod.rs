@@ -1,0 +1,58 @@
+//! The command line: `modelgate review`, `modelgate serve`, `modelgate certs`.
+//!
+//! Invalid flags end the program with exit code 2 and a one-line error, before anything runs.
+
+pub mod review;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "modelgate",
+    version,
+    about = "Admission webhook for clusters that serve ML models"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the admission pipeline offline on manifests or AdmissionReviews (a dry run).
+    Review(review::ReviewArgs),
+}
+
+/// Exit code for bad input or flags.
+pub const EXIT_USAGE: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind::{
+                DisplayHelp, DisplayHelpOnMissingArgumentOrSubcommand, DisplayVersion,
+            };
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return ExitCode::from(EXIT_USAGE);
+            }
+            // One line: clap's first line names the flag, the value and why it was refused.
+            let text = e.render().to_string();
+            eprintln!(
+                "{}",
+                text.lines().next().unwrap_or("error: invalid arguments")
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match cli.command {
+        Command::Review(args) => review::run(args),
+    }
+}

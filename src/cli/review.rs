@@ -1,0 +1,284 @@
+//! `modelgate review`: the admission pipeline run offline on manifests or AdmissionReviews.
+//!
+//! `--webhook both` (the default) does what the API server does: mutate, apply the patch, then
+//! validate the result.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use super::EXIT_USAGE;
+use crate::admission::{self, Context, Decision, Request, Webhook};
+use crate::cache::CacheIndex;
+use crate::config::PolicyConfig;
+use crate::documents::{Document, read_documents};
+use crate::policy::Caches;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WebhookChoice {
+    Mutate,
+    Validate,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// One human line per object.
+    Summary,
+    /// One AdmissionReview response (JSON) per line.
+    Review,
+    /// One JSON Patch array per line (`[]` when nothing changes).
+    Patch,
+    /// The resulting objects as YAML documents.
+    Patched,
+    /// One resulting object (JSON) per line.
+    PatchedJson,
+}
+
+#[derive(Args, Debug)]
+pub struct ReviewArgs {
+    /// Files to review (YAML or JSON, several documents or a List); `-` or nothing reads stdin.
+    #[arg(value_name = "FILE|-")]
+    pub inputs: Vec<PathBuf>,
+
+    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve against.
+    #[arg(
+        long = "caches",
+        value_name = "FILE",
+        env = "MODELGATE_CACHES",
+        value_delimiter = ','
+    )]
+    pub caches: Vec<PathBuf>,
+
+    /// Namespace for objects that name none.
+    #[arg(
+        long,
+        short = 'n',
+        default_value = "default",
+        env = "MODELGATE_NAMESPACE"
+    )]
+    pub namespace: String,
+
+    /// Which webhook to run; `both` mutates, applies the patch, then validates.
+    #[arg(long, value_enum, default_value_t = WebhookChoice::Both)]
+    pub webhook: WebhookChoice,
+
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Summary)]
+    pub output: Output,
+
+    #[command(flatten)]
+    pub policy: PolicyConfig,
+}
+
+pub fn run(args: ReviewArgs) -> ExitCode {
+    match execute(args, &mut std::io::stdout().lock()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// The result of reviewing one document.
+pub struct Reviewed {
+    pub origin: String,
+    pub request: Request,
+    pub decision: Decision,
+    /// The object after the mutating patch (the object as given when nothing changed).
+    pub patched: Option<Value>,
+}
+
+/// Reads every input, reviews every document, writes the chosen output. `Ok(true)` when all
+/// were allowed.
+pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
+    let config = args.policy.clone().finalize();
+    let (index, skipped) = CacheIndex::load_files(&args.caches)?;
+    if !skipped.is_empty() {
+        eprintln!(
+            "note: --caches: skipped {} documents that are not cache objects: {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+    };
+    let mut docs = Vec::new();
+    let inputs = if args.inputs.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.inputs.clone()
+    };
+    for path in &inputs {
+        let (origin, text) = if path.as_os_str() == "-" {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("stdin: cannot read")?;
+            ("stdin".to_string(), s)
+        } else {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            (path.display().to_string(), text)
+        };
+        docs.extend(read_documents(&origin, &text)?);
+    }
+    // Every document is checked before any output, so bad input never yields partial results.
+    let mut requests = Vec::new();
+    for doc in docs {
+        let request = to_request(&doc, &args.namespace).with_context(|| doc.origin.clone())?;
+        requests.push((doc.origin, request));
+    }
+    let mut all_allowed = true;
+    for (origin, review_value) in requests {
+        let r = review_one(origin, review_value, args.webhook, &ctx)?;
+        all_allowed &= r.decision.allowed;
+        write_output(out, args.output, &r)?;
+    }
+    Ok(all_allowed)
+}
+
+/// Turns a document into an AdmissionReview: used as is when it is one, wrapped when it is a
+/// bare AdmissionRequest (Kubewarden's test format), else wrapped as a dry-run CREATE.
+fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
+    let v = &doc.value;
+    let kind = v.get("kind");
+    if kind.and_then(Value::as_str) == Some("AdmissionReview") {
+        return Ok(v.clone());
+    }
+    if kind.is_some_and(Value::is_object) && v.get("uid").is_some() && v.get("operation").is_some()
+    {
+        return Ok(
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v}),
+        );
+    }
+    let (Some(api_version), Some(kind)) = (
+        v.get("apiVersion").and_then(Value::as_str),
+        kind.and_then(Value::as_str),
+    ) else {
+        bail!("not a Kubernetes object: apiVersion and kind are required");
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let namespace = v
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(default_ns);
+    let name = v
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let resource = format!("{}s", kind.to_lowercase());
+    Ok(json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("modelgate-review-{namespace}-{name}"),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "namespace": namespace,
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": "modelgate-review"},
+            "object": v,
+            "dryRun": true,
+        }
+    }))
+}
+
+fn review_one(
+    origin: String,
+    mut review: Value,
+    webhook: WebhookChoice,
+    ctx: &Context,
+) -> anyhow::Result<Reviewed> {
+    let request = match Request::from_review(&mut review) {
+        Ok(r) => r,
+        Err(admission::DecodeError::Unanswerable(m)) => bail!("{origin}: {m}"),
+        Err(admission::DecodeError::Invalid { message, .. }) => bail!("{origin}: {message}"),
+    };
+    let mut decision = match webhook {
+        WebhookChoice::Validate => admission::decide(Webhook::Validate, &request, ctx),
+        WebhookChoice::Mutate | WebhookChoice::Both => {
+            admission::decide(Webhook::Mutate, &request, ctx)
+        }
+    };
+    let mut patched = request.object.clone();
+    if let (Some(obj), Some(patch)) = (patched.as_mut(), decision.patch.as_ref()) {
+        json_patch::patch(obj, &patch.0)
+            .with_context(|| format!("{origin}: the patch does not apply"))?;
+    }
+    let mut request = request;
+    if webhook == WebhookChoice::Both && decision.allowed {
+        // Validate what the API server would store: the patched object.
+        let original = std::mem::replace(&mut request.object, patched.clone());
+        let validation = admission::decide(Webhook::Validate, &request, ctx);
+        request.object = original;
+        decision.warnings.extend(validation.warnings);
+        if !validation.allowed {
+            decision.allowed = false;
+            decision.message = validation.message;
+            decision.code = validation.code;
+        }
+    }
+    Ok(Reviewed {
+        origin,
+        request,
+        decision,
+        patched,
+    })
+}
+
+fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Result<()> {
+    match mode {
+        Output::Summary => {
+            let s = r.request.summary(&r.decision);
+            let who = format!("{} {}/{}", s.kind, s.namespace, s.name);
+            let mut line = if r.decision.allowed {
+                format!(
+                    "{}: {who}: allowed, {} patch operations",
+                    r.origin, s.patch_operations
+                )
+            } else {
+                format!(
+                    "{}: {who}: denied: {}",
+                    r.origin,
+                    r.decision.message.as_deref().unwrap_or("")
+                )
+            };
+            if !r.decision.warnings.is_empty() {
+                line.push_str(&format!("; warnings: {}", r.decision.warnings.join(" | ")));
+            }
+            writeln!(out, "{line}")?;
+        }
+        Output::Review => {
+            let outcome = admission::respond(&r.request, &r.decision);
+            out.write_all(&outcome.body)?;
+            writeln!(out)?;
+        }
+        Output::Patch => {
+            let ops = r
+                .decision
+                .patch
+                .as_ref()
+                .map(|p| p.0.as_slice())
+                .unwrap_or_default();
+            writeln!(out, "{}", serde_json::to_string(ops)?)?;
+        }
+        Output::Patched => {
+            let obj = r.patched.clone().unwrap_or(Value::Null);
+            writeln!(out, "---\n{}", serde_saphyr::to_string(&obj)?.trim_end())?;
+        }
+        Output::PatchedJson => {
+            let obj = r.patched.clone().unwrap_or(Value::Null);
+            writeln!(out, "{}", serde_json::to_string(&obj)?)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! SPEC.md §4: the `model-cache-prep` init container that gives the cache root its owner and mode.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::workload::Workload;
+use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
+
+/// Per-pod override of `--cache-volume`.
+pub const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
+
+/// The name of the pod's writable model cache volume.
+pub fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> &'a str {
+    w.annotation(CACHE_VOLUME_ANNOTATION)
+        .unwrap_or(cfg.cache_volume.as_str())
+}
+
+/// Storage whose ownership the prep container can and must fix. emptyDir, configMap, secret,
+/// downwardAPI and projected volumes are either fresh per pod or read-only, so they are not.
+fn is_writable_storage(v: &Volume) -> bool {
+    v.persistent_volume_claim.is_some()
+        || v.ephemeral.is_some()
+        || v.csi.is_some()
+        || v.nfs.is_some()
+        || v.host_path.is_some()
+}
+
+/// Whether the pod has the cache volume, backed by writable storage ("mounts the model cache").
+pub fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
+    let name = cache_volume_name(w, cfg);
+    w.spec
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == name && is_writable_storage(v))
+}
+
+/// Whether modelgate injects (and so owns) the prep container for this pod.
+pub fn is_managed(w: &Workload, cfg: &PolicyConfig) -> bool {
+    cfg.model_cache_prep == PrepMode::Always && !w.is_windows() && has_writable_cache(w, cfg)
+}
+
+/// The fsGroup to give a pod that mounts the cache and has none (`--default-fsgroup` > 0).
+pub fn fs_group_to_set(w: &Workload, cfg: &PolicyConfig) -> Option<i64> {
+    let applies = !w.is_windows()
+        && w.pod_fs_group().is_none()
+        && cfg.default_fsgroup > 0
+        && has_writable_cache(w, cfg);
+    applies.then_some(cfg.default_fsgroup)
+}
+
+/// The shell command of the prep container (the table of SPEC.md §4).
+pub fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
+    match fs_group {
+        Some(gid) if gid > 0 => format!("chown 0:{gid} {path} && chmod g+rwX {path}"),
+        _ => format!("chown {uid}:0 {path} && chmod 770 {path}"),
+    }
+}
+
+/// The canonical prep container for a pod whose pod-level runAsUser and fsGroup (after mutation)
+/// are `pod_uid` and `fs_group`.
+pub fn canonical(
+    cfg: &PolicyConfig,
+    volume: &str,
+    pod_uid: Option<i64>,
+    fs_group: Option<i64>,
+) -> Container {
+    let uid = pod_uid.unwrap_or(cfg.init_container_user);
+    let q = |s: &str| Quantity(s.to_string());
+    let resources = |cpu: &str, mem: &str| {
+        BTreeMap::from([("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))])
+    };
+    Container {
+        name: PREP_CONTAINER.to_string(),
+        image: Some(cfg.init_image.clone()),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            command(&cfg.cache_mount_path, uid, fs_group),
+        ]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: volume.to_string(),
+            mount_path: cfg.cache_mount_path.clone(),
+            ..Default::default()
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(resources("10m", "16Mi")),
+            limits: Some(resources("100m", "64Mi")),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: Some(vec!["CHOWN".into(), "FOWNER".into()]),
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether `existing` is the canonical container. The fields the API server defaults on every
+/// container (pull policy, termination message) are not ours and may hold anything; every other
+/// field must be exactly canonical, so nothing can ride along with a root container.
+pub fn is_canonical(existing: &Container, canonical: &Container) -> bool {
+    let strip = |c: &Container| Container {
+        image_pull_policy: None,
+        termination_message_path: None,
+        termination_message_policy: None,
+        ..c.clone()
+    };
+    strip(existing) == strip(canonical)
+}
+
+/// The canonical container for the pod as it stands (for validation), or `None` when modelgate
+/// does not manage a prep container for it (then any container of that name is refused).
+pub fn canonical_for(w: &Workload, cfg: &PolicyConfig) -> Option<Container> {
+    is_managed(w, cfg).then(|| {
+        canonical(
+            cfg,
+            cache_volume_name(w, cfg),
+            w.pod_run_as_user(),
+            w.pod_fs_group(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_table() {
+        assert_eq!(
+            command("/models", 1000, Some(102)),
+            "chown 0:102 /models && chmod g+rwX /models"
+        );
+        assert_eq!(
+            command("/models", 101, None),
+            "chown 101:0 /models && chmod 770 /models"
+        );
+        assert_eq!(
+            command("/models", 101, Some(0)),
+            "chown 101:0 /models && chmod 770 /models"
+        );
+        assert_eq!(command("/m", 7, Some(-1)), "chown 7:0 /m && chmod 770 /m");
+    }
+
+    #[test]
+    fn canonical_ignores_only_api_server_defaults() {
+        let cfg = PolicyConfig::default();
+        let c = canonical(&cfg, "model-cache", None, Some(102));
+        let mut defaulted = c.clone();
+        defaulted.image_pull_policy = Some("IfNotPresent".into());
+        defaulted.termination_message_path = Some("/dev/termination-log".into());
+        defaulted.termination_message_policy = Some("File".into());
+        assert!(is_canonical(&defaulted, &c));
+        let mut smuggled = c.clone();
+        smuggled.args = Some(vec!["rm -rf /".into()]);
+        assert!(!is_canonical(&smuggled, &c));
+        let mut other_uid = c.clone();
+        other_uid.command.as_mut().unwrap()[2] = command("/models", 101, None);
+        assert!(!is_canonical(&other_uid, &c));
+    }
+}

@@ -1,0 +1,139 @@
+//! SPEC.md §3: every container runs as a non-root, numeric user.
+
+use serde_json::Value;
+
+use super::cache_prep;
+use super::workload::{ContainerList, ContainerRef, Workload};
+use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
+use crate::patch::PatchBuilder;
+
+/// Pod-level `securityContext` fields this rule sets (each `None`/`false` when already right).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub run_as_non_root: bool,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+}
+
+/// Containers this rule governs: all but a prep container that modelgate owns (and replaces).
+fn governed<'a>(w: &Workload<'a>, prep_managed: bool) -> impl Iterator<Item = ContainerRef<'a>> {
+    w.containers().into_iter().filter(move |c| {
+        !(prep_managed && c.list == ContainerList::Init && c.name == PREP_CONTAINER)
+    })
+}
+
+/// What the pod's own security context must gain.
+pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> PodIdentity {
+    let pod = w.pod_security();
+    let run_as_non_root = pod.and_then(|p| p.run_as_non_root) != Some(true);
+    if w.is_windows() {
+        return PodIdentity {
+            run_as_non_root,
+            ..Default::default()
+        };
+    }
+    let containers: Vec<_> = governed(w, prep_managed).collect();
+    let lacks = |f: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>| {
+        containers
+            .iter()
+            .any(|c| c.security_context.and_then(f).is_none())
+    };
+    let run_as_user = if pod.and_then(|p| p.run_as_user).is_none() && lacks(|s| s.run_as_user) {
+        // Under `never`, nothing fixes the cache's owner: the pod runs as that owner instead.
+        if cfg.model_cache_prep == PrepMode::Never && cache_prep::has_writable_cache(w, cfg) {
+            Some(cfg.init_container_user)
+        } else {
+            cfg.run_as_user.value()
+        }
+    } else {
+        None
+    };
+    let run_as_group = if pod.and_then(|p| p.run_as_group).is_none() && lacks(|s| s.run_as_group) {
+        cfg.run_as_group.value()
+    } else {
+        None
+    };
+    PodIdentity {
+        run_as_non_root,
+        run_as_user,
+        run_as_group,
+    }
+}
+
+/// A container that says `runAsNonRoot: false` is switched to `true`, with a warning.
+pub fn container_fixes(
+    w: &Workload,
+    prep_managed: bool,
+    patch: &mut PatchBuilder,
+    warnings: &mut Vec<String>,
+) {
+    for c in governed(w, prep_managed) {
+        if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
+            patch.replace(
+                &c.path.keys(["securityContext", "runAsNonRoot"]),
+                Value::Bool(true),
+            );
+            warnings.push(format!(
+                "container {}: runAsNonRoot false changed to true",
+                c.name
+            ));
+        }
+    }
+}
+
+/// An ephemeral container added to a running pod cannot change the pod's security context, so
+/// it gets its own: non-root always, and a uid/gid where neither it nor the pod has one.
+pub fn ephemeral_fixes(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    patch: &mut PatchBuilder,
+    warnings: &mut Vec<String>,
+) {
+    let pod = w.pod_security();
+    for c in w
+        .containers()
+        .into_iter()
+        .filter(|c| c.list == ContainerList::Ephemeral)
+    {
+        let sc = c.security_context;
+        let mut fields = serde_json::Map::new();
+        match sc.and_then(|s| s.run_as_non_root) {
+            Some(true) => {}
+            Some(false) => {
+                fields.insert("runAsNonRoot".into(), Value::Bool(true));
+                warnings.push(format!(
+                    "container {}: runAsNonRoot false changed to true",
+                    c.name
+                ));
+            }
+            None if pod.and_then(|p| p.run_as_non_root) != Some(true) => {
+                fields.insert("runAsNonRoot".into(), Value::Bool(true));
+            }
+            None => {}
+        }
+        if !w.is_windows() {
+            if sc.and_then(|s| s.run_as_user).is_none()
+                && pod.and_then(|p| p.run_as_user).is_none()
+                && let Some(uid) = cfg.run_as_user.value()
+            {
+                fields.insert("runAsUser".into(), uid.into());
+            }
+            if sc.and_then(|s| s.run_as_group).is_none()
+                && pod.and_then(|p| p.run_as_group).is_none()
+                && let Some(gid) = cfg.run_as_group.value()
+            {
+                fields.insert("runAsGroup".into(), gid.into());
+            }
+        }
+        let sc_path = c.path.key("securityContext");
+        if sc.is_none() {
+            if !fields.is_empty() {
+                patch.add(&sc_path, Value::Object(fields));
+            }
+        } else {
+            for (k, v) in fields {
+                patch.add(&sc_path.key(k), v);
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! SPEC.md §6: what is denied, and a message that names every offending field.
+
+use std::fmt;
+
+use super::cache_prep;
+use super::workload::{ContainerList, Workload};
+use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig};
+use crate::patch::FieldPath;
+
+/// One offending field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub field: String,
+    pub problem: String,
+    pub advice: &'static str,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+/// A denial: every violation, then what to do about them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub violations: Vec<Violation>,
+}
+
+impl Denial {
+    pub fn single(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        advice: &'static str,
+    ) -> Self {
+        Denial {
+            violations: vec![Violation {
+                field: field.into(),
+                problem: problem.into(),
+                advice,
+            }],
+        }
+    }
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.violations.iter().map(ToString::to_string).collect();
+        let mut advice: Vec<&str> = Vec::new();
+        for v in &self.violations {
+            if !advice.contains(&v.advice) {
+                advice.push(v.advice);
+            }
+        }
+        write!(f, "{}. {}", list.join("; "), advice.join(" "))
+    }
+}
+
+const UID_ADVICE: &str =
+    "Use a uid in 1..2147483647, or leave runAsUser unset and modelgate sets one.";
+const GID_ADVICE: &str = "Use a gid in 0..2147483647, or leave it unset.";
+const NONROOT_ADVICE: &str =
+    "Remove runAsNonRoot: false; only modelgate's own model-cache-prep may run as root.";
+const PREP_ADVICE: &str =
+    "Remove the model-cache-prep container and let modelgate inject it, or rename your container.";
+
+/// Which checks to run: the mutating endpoint checks only the ranges (it repairs the rest before
+/// the validating endpoint sees the pod); the validating endpoint checks everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    RangesOnly,
+    All,
+}
+
+fn check_range(
+    out: &mut Vec<Violation>,
+    path: &FieldPath,
+    value: Option<i64>,
+    min: i64,
+    advice: &'static str,
+) {
+    if let Some(v) = value
+        && !(min..=MAX_ID).contains(&v)
+    {
+        out.push(Violation {
+            field: path.to_string(),
+            problem: format!("{v} is outside {min}..{MAX_ID}"),
+            advice,
+        });
+    }
+}
+
+pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
+    let mut out = Vec::new();
+    let pod_sc = w.spec_path.key("securityContext");
+    if let Some(sc) = w.pod_security() {
+        check_range(
+            &mut out,
+            &pod_sc.key("runAsUser"),
+            sc.run_as_user,
+            1,
+            UID_ADVICE,
+        );
+        check_range(
+            &mut out,
+            &pod_sc.key("runAsGroup"),
+            sc.run_as_group,
+            0,
+            GID_ADVICE,
+        );
+        check_range(&mut out, &pod_sc.key("fsGroup"), sc.fs_group, 0, GID_ADVICE);
+    }
+
+    let managed = cache_prep::is_managed(w, cfg);
+    let canonical = match checks {
+        Checks::All => cache_prep::canonical_for(w, cfg),
+        Checks::RangesOnly => None,
+    };
+    let init = w.spec.init_containers.as_deref().unwrap_or_default();
+    for c in w.containers() {
+        let is_prep = c.name == PREP_CONTAINER;
+        if is_prep {
+            match checks {
+                // The mutation replaces a prep container it owns; it is judged after that.
+                Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
+                Checks::RangesOnly => {}
+                Checks::All => {
+                    let is_canonical = c.list == ContainerList::Init
+                        && canonical.as_ref().is_some_and(|canon| {
+                            init.get(c.index)
+                                .is_some_and(|existing| cache_prep::is_canonical(existing, canon))
+                        });
+                    if is_canonical {
+                        continue;
+                    }
+                    out.push(Violation {
+                        field: c.path.to_string(),
+                        problem: "a container named model-cache-prep that is not modelgate's canonical one for this pod"
+                            .into(),
+                        advice: PREP_ADVICE,
+                    });
+                }
+            }
+        }
+        let sc_path = c.path.key("securityContext");
+        if let Some(sc) = c.security_context {
+            check_range(
+                &mut out,
+                &sc_path.key("runAsUser"),
+                sc.run_as_user,
+                1,
+                UID_ADVICE,
+            );
+            check_range(
+                &mut out,
+                &sc_path.key("runAsGroup"),
+                sc.run_as_group,
+                0,
+                GID_ADVICE,
+            );
+            if checks == Checks::All && sc.run_as_non_root == Some(false) {
+                out.push(Violation {
+                    field: sc_path.key("runAsNonRoot").to_string(),
+                    problem: "false is not allowed".into(),
+                    advice: NONROOT_ADVICE,
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(Denial { violations: out })
+    }
+}

@@ -1,0 +1,126 @@
+//! The pod under review, whether it is a Pod or a Job's pod template: typed views for reading,
+//! the raw JSON for the few places that must keep unknown fields, and the paths for patches and
+//! messages.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodSpec, SecurityContext, VolumeMount};
+use serde_json::Value;
+
+use crate::patch::FieldPath;
+
+/// A pod spec and its metadata, as found in a Pod or a Job template.
+pub struct Workload<'a> {
+    /// `Pod` or `Job`, for messages.
+    pub kind: &'static str,
+    /// The namespace the pod will run in (object metadata, else the request's).
+    pub namespace: &'a str,
+    pub annotations: Option<&'a BTreeMap<String, String>>,
+    /// Whether the metadata object exists (a Job template may have none).
+    pub has_metadata: bool,
+    pub spec: &'a PodSpec,
+    /// The pod spec as received, for edits that must keep fields this code does not know.
+    pub raw_spec: &'a Value,
+    /// `metadata` or `spec.template.metadata`.
+    pub meta_path: FieldPath,
+    /// `spec` or `spec.template.spec`.
+    pub spec_path: FieldPath,
+}
+
+/// The three container lists of a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerList {
+    Init,
+    Regular,
+    Ephemeral,
+}
+
+impl ContainerList {
+    pub fn field(self) -> &'static str {
+        match self {
+            ContainerList::Init => "initContainers",
+            ContainerList::Regular => "containers",
+            ContainerList::Ephemeral => "ephemeralContainers",
+        }
+    }
+}
+
+/// One container of any list, with its place in the object.
+pub struct ContainerRef<'a> {
+    pub list: ContainerList,
+    /// Position within its own list.
+    pub index: usize,
+    pub name: &'a str,
+    pub security_context: Option<&'a SecurityContext>,
+    pub volume_mounts: Option<&'a Vec<VolumeMount>>,
+    pub path: FieldPath,
+}
+
+impl<'a> Workload<'a> {
+    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+        self.annotations?.get(key).map(String::as_str)
+    }
+
+    pub fn has_annotation(&self, key: &str) -> bool {
+        self.annotations.is_some_and(|a| a.contains_key(key))
+    }
+
+    pub fn annotations_path(&self) -> FieldPath {
+        self.meta_path.key("annotations")
+    }
+
+    /// `spec.os.name: windows`: the API forbids uids, gids and fsGroup there.
+    pub fn is_windows(&self) -> bool {
+        self.spec.os.as_ref().is_some_and(|os| os.name == "windows")
+    }
+
+    pub fn pod_security(&self) -> Option<&'a k8s_openapi::api::core::v1::PodSecurityContext> {
+        self.spec.security_context.as_ref()
+    }
+
+    pub fn pod_run_as_user(&self) -> Option<i64> {
+        self.pod_security()?.run_as_user
+    }
+
+    pub fn pod_fs_group(&self) -> Option<i64> {
+        self.pod_security()?.fs_group
+    }
+
+    /// Every container, in the order init, regular, ephemeral.
+    pub fn containers(&self) -> Vec<ContainerRef<'a>> {
+        let s = self.spec;
+        let mut out = Vec::new();
+        let init = s.init_containers.iter().flatten();
+        for (i, c) in init.enumerate() {
+            out.push(ContainerRef {
+                list: ContainerList::Init,
+                index: i,
+                name: &c.name,
+                security_context: c.security_context.as_ref(),
+                volume_mounts: c.volume_mounts.as_ref(),
+                path: self.spec_path.key("initContainers").index(i),
+            });
+        }
+        for (i, c) in s.containers.iter().enumerate() {
+            out.push(ContainerRef {
+                list: ContainerList::Regular,
+                index: i,
+                name: &c.name,
+                security_context: c.security_context.as_ref(),
+                volume_mounts: c.volume_mounts.as_ref(),
+                path: self.spec_path.key("containers").index(i),
+            });
+        }
+        for (i, c) in s.ephemeral_containers.iter().flatten().enumerate() {
+            out.push(ContainerRef {
+                list: ContainerList::Ephemeral,
+                index: i,
+                name: &c.name,
+                security_context: c.security_context.as_ref(),
+                volume_mounts: c.volume_mounts.as_ref(),
+                path: self.spec_path.key("ephemeralContainers").index(i),
+            });
+        }
+        out
+    }
+}

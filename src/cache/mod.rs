@@ -5,9 +5,11 @@
 
 pub mod index;
 pub mod objects;
+pub mod store;
 
 pub use index::{CacheEntry, CacheIndex, CacheMatch, CacheScope};
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
+pub use store::{CacheStore, CacheView};
 
 use anyhow::{Context, bail};
 use serde_json::Value;

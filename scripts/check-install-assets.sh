@@ -735,7 +735,8 @@ t_generated_tls() {
   mkdir -p "$WORK/tls"
   host=$(py extract-tls "$WORK/default.yaml" "$WORK/tls")
   openssl verify -CAfile "$WORK/tls/ca.crt" "$WORK/tls/tls.crt"
-  openssl x509 -in "$WORK/tls/tls.crt" -noout -ext subjectAltName | grep -qF "DNS:$host" || die "tls.crt has no SAN $host"
+  openssl x509 -in "$WORK/tls/tls.crt" -noout -ext subjectAltName >"$WORK/san.txt"
+  grep -qF "DNS:$host" "$WORK/san.txt" || die "tls.crt has no SAN $host: $(cat "$WORK/san.txt")"
   openssl x509 -in "$WORK/tls/tls.crt" -noout -checkend $((300 * 86400)) >/dev/null || die "tls.crt expires within 300 days"
   [[ "$(openssl x509 -in "$WORK/tls/tls.crt" -noout -pubkey | openssl sha256)" == \
      "$(openssl pkey -in "$WORK/tls/tls.key" -pubout | openssl sha256)" ]] || die "tls.key does not match tls.crt"

@@ -54,7 +54,10 @@ helm_ok() {
   [[ -x "$BIN/helm" ]] && [[ "$("$BIN/helm" version --template '{{.Version}}' 2>/dev/null)" == "$HELM_VERSION" ]]
 }
 kubectl_ok() {
-  [[ -x "$BIN/kubectl" ]] && "$BIN/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $KUBECTL_VERSION"
+  # Capture first: `cmd | grep -q` under pipefail fails when grep exits before cmd has written all.
+  local out
+  [[ -x "$BIN/kubectl" ]] && out="$("$BIN/kubectl" version --client 2>/dev/null)" \
+    && [[ "$out" == *"Client Version: $KUBECTL_VERSION"* ]]
 }
 
 install_layer() {
@@ -113,7 +116,7 @@ ln -sf ../venv/bin/python "$BIN/python"
 
 [[ "$("$BIN/kubernetes-validate" --version)" == "$KUBERNETES_VALIDATE_VERSION" ]] \
   || die "kubernetes-validate is not $KUBERNETES_VALIDATE_VERSION"
-"$BIN/hadolint" --version | grep -q "Haskell Dockerfile Linter $HADOLINT_VERSION" \
+[[ "$("$BIN/hadolint" --version)" == *"Haskell Dockerfile Linter $HADOLINT_VERSION"* ]] \
   || die "hadolint is not $HADOLINT_VERSION"
 
 log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION in $BIN"

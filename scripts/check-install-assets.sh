@@ -497,14 +497,11 @@ py() { "$PY" "$WORK/asserts.py" "$@"; }
 # only instances of custom resources (cert-manager.io, serving.kserve.io) may lack a schema.
 # Also checks that every document was validated, so nothing is skipped silently.
 validate() {
-  local out="$WORK/kv.out" rc=0 docs expected f
-  : >"$out"
-  for f in "$@"; do
-    [[ -s "$f" ]] || die "$f: nothing to validate"
-    for v in "${K8S_VERSIONS[@]}"; do
-      "$KV" --strict -k "$v" "$f" >>"$out" 2>&1 || rc=$?
-    done
-  done
+  local out="$WORK/kv.out" rc=0 docs expected f v
+  local versions=()
+  for f in "$@"; do [[ -s "$f" ]] || die "$f: nothing to validate"; done
+  for v in "${K8S_VERSIONS[@]}"; do versions+=(-k "$v"); done
+  "$KV" --strict "${versions[@]}" "$@" >"$out" 2>&1 || rc=$?
   if grep -vE "^(INFO .* passed for resource |WARN .* Couldn't find schema for kind [A-Za-z]+ with api version (cert-manager\.io|serving\.kserve\.io)/)" "$out"; then
     die "kubernetes-validate reported the lines above"
   fi

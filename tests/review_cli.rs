@@ -1,0 +1,1038 @@
+//! End-to-end tests of `modelgate review`: the real binary, spawned as a process, on the fixtures
+//! in `tests/fixtures/` and on the KServe and Kyverno samples of `../shared/corpus`.
+//!
+//! Exit codes (SPEC.md §8): 0 every object allowed, 1 at least one denied, 2 bad input or flags.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("not one JSON value per line ({e}): {l}"))
+            })
+            .collect()
+    }
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn corpus_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    if dir.join("README.md").is_file() {
+        Some(dir)
+    } else {
+        println!("corpus not found at {}, skipping", dir.display());
+        None
+    }
+}
+
+/// Runs `modelgate <args>` with a clean policy environment (no `MODELGATE_*`, no `POD_NAMESPACE`
+/// inherited from the test's environment), plus `env`, feeding `stdin` when given.
+fn modelgate_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
+    cmd.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("the modelgate binary starts");
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(text.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+fn modelgate(args: &[&str]) -> Run {
+    modelgate_env(args, &[], None)
+}
+
+fn review(args: &[&str]) -> Run {
+    let mut all = vec!["review"];
+    all.extend_from_slice(args);
+    modelgate(&all)
+}
+
+fn assert_exit(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+fn decode_patch(b64: &str) -> Vec<Value> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("patch is base64");
+    serde_json::from_slice(&bytes).expect("patch is a JSON array")
+}
+
+fn apply(object: &Value, ops: &[Value]) -> Value {
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec())).unwrap();
+    let mut out = object.clone();
+    json_patch::patch(&mut out, &patch).expect("the patch applies");
+    out
+}
+
+fn read_yaml_docs(text: &str) -> Vec<Value> {
+    let docs = modelgate::documents::read_documents("output", text).expect("the output is YAML");
+    docs.into_iter().map(|d| d.value).collect()
+}
+
+fn default_identity() -> Value {
+    json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output modes
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn summary_is_one_line_per_object_with_decision_patch_count_and_warnings() {
+    let run = review(&[&fixture("allowed.yaml")]);
+    assert_exit(&run, 0);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    // Multi-document input: each line names file#N, the kind, namespace/name, the decision.
+    let file = fixture("allowed.yaml");
+    assert!(
+        lines[0].starts_with(&format!("{file}#1: Pod default/web: allowed, ")),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(&format!("{file}#2: Pod tools/debug: allowed, ")),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[1].contains("warnings:")
+            && lines[1].contains("shell")
+            && lines[1].contains("runAsNonRoot"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "{file}#3: Deployment default/api: allowed, 0 patch operations"
+        )),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[2].contains("warnings:") && lines[2].contains("Deployment"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].starts_with(&format!("{file}#4: Job default/train: allowed, ")),
+        "{}",
+        lines[3]
+    );
+    for (line, min_ops) in [(lines[0], 1), (lines[1], 1), (lines[3], 1)] {
+        let n: usize = line
+            .split("allowed, ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no patch operation count: {line}"));
+        assert!(n >= min_ops, "{line}");
+    }
+    assert!(!lines[0].contains("warnings"), "{}", lines[0]);
+}
+
+#[test]
+fn summary_of_a_denial_names_the_field_and_exits_1() {
+    let run = review(&[&fixture("denied.yaml")]);
+    assert_exit(&run, 1);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].contains("Pod default/fine: allowed"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("Pod default/root: denied: "),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[1]
+            .contains("spec.containers[1].securityContext.runAsUser: 0 is outside 1..2147483647"),
+        "{}",
+        lines[1]
+    );
+}
+
+#[test]
+fn review_output_is_one_admission_review_response_per_line() {
+    let run = review(&[
+        "-o",
+        "review",
+        &fixture("allowed.yaml"),
+        &fixture("denied.yaml"),
+    ]);
+    assert_exit(&run, 1);
+    let answers = run.json_lines();
+    assert_eq!(answers.len(), 6);
+    let original = read_yaml_docs(&std::fs::read_to_string(fixture("allowed.yaml")).unwrap());
+    for a in &answers {
+        assert_eq!(a["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(a["kind"], "AdmissionReview");
+        assert!(
+            a["response"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
+            "{a}"
+        );
+        assert!(a["response"]["allowed"].is_boolean(), "{a}");
+    }
+    // The web pod: base64 JSONPatch that gives it the default identity.
+    let web = &answers[0]["response"];
+    assert_eq!(web["allowed"], true);
+    assert_eq!(web["patchType"], "JSONPatch");
+    let patched = apply(&original[0], &decode_patch(web["patch"].as_str().unwrap()));
+    assert_eq!(patched["spec"]["securityContext"], default_identity());
+    // The Deployment: allowed, no patch, one warning.
+    let deploy = &answers[2]["response"];
+    assert_eq!(deploy["allowed"], true);
+    assert!(
+        deploy.get("patch").is_none() && deploy.get("patchType").is_none(),
+        "{deploy}"
+    );
+    assert_eq!(
+        deploy["warnings"].as_array().map(Vec::len),
+        Some(1),
+        "{deploy}"
+    );
+    // The root pod: denied with the field in status.message, no patch.
+    let root = &answers[5]["response"];
+    assert_eq!(root["allowed"], false);
+    assert!(root.get("patch").is_none());
+    let msg = root["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.containers[1].securityContext.runAsUser: 0"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn patch_output_is_one_json_patch_array_per_line_and_empty_when_nothing_changes() {
+    let run = review(&[
+        "-o",
+        "patch",
+        &fixture("allowed.yaml"),
+        &fixture("list.json"),
+    ]);
+    assert_exit(&run, 0);
+    let patches = run.json_lines();
+    assert_eq!(patches.len(), 6, "{}", run.stdout);
+    // Deployment: nothing changes. The List's second pod already complies.
+    assert_eq!(patches[2], json!([]));
+    assert_eq!(patches[5], json!([]));
+    let original = read_yaml_docs(&std::fs::read_to_string(fixture("allowed.yaml")).unwrap());
+    // The debug pod keeps its uid 2000 and gets its container's runAsNonRoot switched.
+    let debug = apply(&original[1], patches[1].as_array().unwrap());
+    assert_eq!(
+        debug["spec"]["securityContext"],
+        json!({"runAsUser": 2000, "runAsNonRoot": true, "runAsGroup": 1000})
+    );
+    assert_eq!(
+        debug["spec"]["containers"][0]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    // The Job: the policy lands on spec.template.spec only.
+    for op in patches[3].as_array().unwrap() {
+        assert!(
+            op["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/spec/template/spec"),
+            "{op}"
+        );
+    }
+    let job = apply(&original[3], patches[3].as_array().unwrap());
+    assert_eq!(
+        job["spec"]["template"]["spec"]["securityContext"],
+        default_identity()
+    );
+}
+
+#[test]
+fn patched_output_is_yaml_documents_of_the_resulting_objects() {
+    let run = review(&["-o", "patched", &fixture("allowed.yaml")]);
+    assert_exit(&run, 0);
+    let docs = read_yaml_docs(&run.stdout);
+    assert_eq!(docs.len(), 4, "{}", run.stdout);
+    let original = read_yaml_docs(&std::fs::read_to_string(fixture("allowed.yaml")).unwrap());
+    assert_eq!(docs[0]["metadata"], original[0]["metadata"]);
+    assert_eq!(docs[0]["spec"]["securityContext"], default_identity());
+    assert_eq!(docs[2], original[2], "a Deployment comes out unchanged");
+    assert_eq!(
+        docs[3]["spec"]["template"]["spec"]["securityContext"],
+        default_identity()
+    );
+
+    // Feeding the result back in changes nothing any more (idempotency, through the CLI).
+    let again = modelgate_env(&["review", "-o", "patch", "-"], &[], Some(&run.stdout));
+    assert_exit(&again, 0);
+    assert_eq!(again.json_lines(), vec![json!([]); 4], "{}", again.stdout);
+}
+
+#[test]
+fn patched_yaml_keeps_strings_that_look_like_other_types() {
+    let input = fixture("yaml-strings.yaml");
+    let yaml = review(&["-o", "patched", &input]);
+    assert_exit(&yaml, 0);
+    let direct = review(&["-o", "patched-json", &input]);
+    let round_trip = modelgate_env(
+        &["review", "-o", "patched-json", "-"],
+        &[],
+        Some(&yaml.stdout),
+    );
+    assert_exit(&round_trip, 0);
+    assert_eq!(round_trip.json_lines(), direct.json_lines());
+    let labels = &direct.json_lines()[0]["metadata"]["labels"];
+    assert_eq!(labels["a"], "true");
+    assert_eq!(labels["d"], "0755");
+    assert_eq!(labels["h"], "");
+}
+
+#[test]
+fn patched_json_output_is_one_object_per_line() {
+    let run = review(&[
+        "-o",
+        "patched-json",
+        &fixture("list.json"),
+        &fixture("denied.yaml"),
+    ]);
+    assert_exit(&run, 1);
+    let objects = run.json_lines();
+    assert_eq!(objects.len(), 4);
+    assert_eq!(objects[0]["metadata"]["name"], "first");
+    assert_eq!(objects[0]["spec"]["securityContext"], default_identity());
+    assert_eq!(
+        objects[1]["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 1001, "runAsGroup": 1001})
+    );
+    // A denied object is not patched.
+    let root = read_yaml_docs(&std::fs::read_to_string(fixture("denied.yaml")).unwrap())[1].clone();
+    assert_eq!(objects[3], root);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn stdin_dash_and_no_argument_read_standard_input() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"piped"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
+    for args in [vec!["review", "-"], vec!["review"]] {
+        let run = modelgate_env(&args, &[], Some(pod));
+        assert_exit(&run, 0);
+        assert_eq!(run.lines().len(), 1);
+        assert!(
+            run.stdout.starts_with("stdin: Pod default/piped: allowed"),
+            "{}",
+            run.stdout
+        );
+    }
+    // YAML, several documents, on stdin, mixed with a file.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: i, securityContext: {runAsUser: 0}}]}\n";
+    let run = modelgate_env(&["review", "-", &fixture("list.json")], &[], Some(yaml));
+    assert_exit(&run, 1);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("stdin#1: Pod default/a: allowed"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("stdin#2: Pod default/b: denied"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].contains("list.json") && lines[2].contains("Pod default/first: allowed"),
+        "{}",
+        lines[2]
+    );
+}
+
+#[test]
+fn a_list_yields_its_items() {
+    let run = review(&[&fixture("list.json")]);
+    assert_exit(&run, 0);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].contains("Pod default/first: allowed"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("Pod default/second: allowed, 0 patch operations"),
+        "{}",
+        lines[1]
+    );
+    // Each item is named by its place in the List.
+    assert!(
+        lines[0].contains("items[0]") && lines[1].contains("items[1]"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_bare_admission_request_is_answered_with_its_uid() {
+    let run = review(&["-o", "review", &fixture("bare-request.json")]);
+    assert_exit(&run, 0);
+    let answers = run.json_lines();
+    assert_eq!(answers.len(), 1);
+    let r = &answers[0]["response"];
+    assert_eq!(r["uid"], "0df28fbd-5f5f-4f2c-8a0e-4d1a2b3c4d5e");
+    assert_eq!(r["allowed"], true);
+    let request: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("bare-request.json")).unwrap())
+            .unwrap();
+    let patched = apply(
+        &request["object"],
+        &decode_patch(r["patch"].as_str().unwrap()),
+    );
+    assert_eq!(patched["spec"]["securityContext"], default_identity());
+    // The summary names the controller-made pod by its generateName and the request's namespace.
+    let run = review(&[&fixture("bare-request.json")]);
+    assert!(
+        run.stdout
+            .contains("Pod inference/predictor-7d9f-: allowed"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn an_admission_review_is_used_as_it_is_and_answered_in_kind() {
+    let run = review(&["-o", "review", &fixture("review-v1beta1.json")]);
+    assert_exit(&run, 0);
+    let a = &run.json_lines()[0];
+    assert_eq!(a["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(a["response"]["uid"], "b3e1c0de-0000-4000-8000-000000000001");
+    assert_eq!(a["response"]["patchType"], "JSONPatch");
+    let run = review(&[&fixture("review-v1beta1.json")]);
+    assert!(
+        run.stdout.contains("Pod serving/beta: allowed"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn namespace_flag_applies_to_objects_that_name_none() {
+    let run = review(&[
+        "-o",
+        "review",
+        "--namespace",
+        "ml-team",
+        &fixture("allowed.yaml"),
+    ]);
+    assert_exit(&run, 0);
+    let run = review(&["--namespace", "ml-team", &fixture("allowed.yaml")]);
+    let lines = run.lines();
+    assert!(lines[0].contains("Pod ml-team/web:"), "{}", lines[0]);
+    // An object's own namespace wins.
+    assert!(lines[1].contains("Pod tools/debug:"), "{}", lines[1]);
+    // kube-system is exempt by default: allowed untouched.
+    let run = review(&[
+        "-o",
+        "patch",
+        "--namespace",
+        "kube-system",
+        &fixture("denied.yaml"),
+    ]);
+    assert_exit(&run, 0);
+    assert_eq!(
+        run.json_lines(),
+        vec![json!([]), json!([])],
+        "{}",
+        run.stdout
+    );
+    // ... unless the exempt namespaces are given explicitly.
+    let run = review(&[
+        "--namespace",
+        "kube-system",
+        "--exempt-namespace",
+        "other",
+        &fixture("denied.yaml"),
+    ]);
+    assert_exit(&run, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --webhook
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn webhook_choice_selects_mutate_validate_or_both() {
+    // runAsNonRoot: false: the original is refused by /validate, repaired by /mutate, and the
+    // repaired pod passes /validate.
+    let debug = fixture("allowed.yaml");
+    let run = review(&["--webhook", "validate", &debug]);
+    assert_exit(&run, 1);
+    let line = run.lines()[1];
+    assert!(
+        line.contains("denied")
+            && line.contains("spec.containers[0].securityContext.runAsNonRoot: false"),
+        "{line}"
+    );
+    // validate never patches.
+    let run = review(&["--webhook", "validate", "-o", "patch", &debug]);
+    assert!(
+        run.json_lines().iter().all(|p| p == &json!([])),
+        "{}",
+        run.stdout
+    );
+    for mode in ["mutate", "both"] {
+        let run = review(&["--webhook", mode, &debug]);
+        assert_exit(&run, 0);
+    }
+    let default = review(&[&debug]);
+    assert_eq!(
+        default.stdout,
+        review(&["--webhook", "both", &debug]).stdout
+    );
+
+    // An init container named model-cache-prep in a pod modelgate does not manage: /mutate has
+    // nothing to refuse, /validate refuses it, and `both` validates the mutated result.
+    let clash = fixture("prep-name-clash.yaml");
+    let run = review(&["--webhook", "mutate", &clash]);
+    assert_exit(&run, 0);
+    for mode in ["validate", "both"] {
+        let run = review(&["--webhook", mode, &clash]);
+        assert_exit(&run, 1);
+        assert!(
+            run.stdout.contains("spec.initContainers[0]")
+                && run.stdout.contains("model-cache-prep"),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --caches and policy flags
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn caches_resolve_the_model_and_the_prep_container_is_injected() {
+    let caches = fixture("caches.yaml");
+    let pod = fixture("model-pod.yaml");
+    let run = review(&["-o", "patched-json", "--caches", &caches, &pod]);
+    assert_exit(&run, 0);
+    let p = &run.json_lines()[0];
+    let key = "97b21acca68d6cb6"; // printf %s hf://org/llm | sha256sum | cut -c1-16
+    assert_eq!(
+        p["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "cluster/llm"
+    );
+    assert_eq!(
+        p["metadata"]["annotations"]["modelgate.io/resolved-uri"],
+        format!("pvc://llm-gpu-nodes/models/{key}/snapshots/main")
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"][1],
+        json!({"name": "modelgate-model", "mountPath": "/mnt/models", "subPath": format!("models/{key}/snapshots/main"), "readOnly": true})
+    );
+    assert_eq!(
+        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100"]}]}])
+    );
+    // The writable cache: fsGroup 102 and the prep container first, fsGroup branch.
+    assert_eq!(
+        p["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 102})
+    );
+    let prep = &p["spec"]["initContainers"][0];
+    assert_eq!(prep["name"], "model-cache-prep");
+    assert_eq!(
+        prep["command"],
+        json!(["sh", "-c", "chown 0:102 /models && chmod g+rwX /models"])
+    );
+    let run = review(&["--caches", &caches, &pod]);
+    assert!(
+        run.stdout.contains("served from LocalModelCache llm"),
+        "{}",
+        run.stdout
+    );
+
+    // The namespace's own cache wins; its key hashes the URI as written (with its slash).
+    let run = review(&[
+        "-o",
+        "patched-json",
+        "--caches",
+        &caches,
+        "--namespace",
+        "team-a",
+        &pod,
+    ]);
+    let p = &run.json_lines()[0];
+    assert_eq!(
+        p["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "namespace/team-a/team-llm"
+    );
+    assert_eq!(
+        p["metadata"]["annotations"]["modelgate.io/resolved-uri"],
+        "pvc://team-llm-team-nodes/models/bffca0e481f29c78/snapshots/main"
+    );
+    assert!(
+        p["spec"].get("affinity").is_none(),
+        "team-nodes has no node group object"
+    );
+
+    // Without caches: a miss.
+    let run = review(&["-o", "patched-json", &pod]);
+    assert_eq!(
+        run.json_lines()[0]["metadata"]["annotations"]["modelgate.io/model-cache"],
+        "miss"
+    );
+
+    // Policy flags: --model-cache-prep never runs the pod as the cache owner instead (§3).
+    let run = review(&[
+        "-o",
+        "patched-json",
+        "--model-cache-prep",
+        "never",
+        "--init-container-user",
+        "4242",
+        &pod,
+    ]);
+    assert_exit(&run, 0);
+    let p = &run.json_lines()[0];
+    assert!(p["spec"].get("initContainers").is_none());
+    assert_eq!(p["spec"]["securityContext"]["runAsUser"], 4242);
+    // ... and the env var form of a flag works too.
+    let run = modelgate_env(
+        &["review", "-o", "patched-json", &pod],
+        &[
+            ("MODELGATE_MODEL_CACHE_PREP", "never"),
+            ("MODELGATE_INIT_CONTAINER_USER", "4343"),
+        ],
+        None,
+    );
+    assert_exit(&run, 0);
+    assert_eq!(
+        run.json_lines()[0]["spec"]["securityContext"]["runAsUser"],
+        4343
+    );
+}
+
+#[test]
+fn a_broken_cache_file_is_bad_input() {
+    let run = review(&[
+        "--caches",
+        &fixture("bad-cache.yaml"),
+        &fixture("list.json"),
+    ]);
+    assert_exit(&run, 2);
+    assert!(run.stderr.contains("bad-cache.yaml"), "{}", run.stderr);
+    assert!(run.stderr.contains("sourceModelUri"), "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    let run = review(&[
+        "--caches",
+        "/nonexistent/caches.yaml",
+        &fixture("list.json"),
+    ]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("/nonexistent/caches.yaml"),
+        "{}",
+        run.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit code 2
+// ---------------------------------------------------------------------------------------------
+
+fn one_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "a one-line error, got:\n{stderr}");
+    lines[0]
+}
+
+#[test]
+fn unreadable_input_exits_2_naming_the_file_and_document_without_partial_output() {
+    // The first document is fine; the second is no Kubernetes object.
+    let run = review(&[&fixture("bad-second-document.yaml")]);
+    assert_exit(&run, 2);
+    assert_eq!(run.stdout, "", "no partial results");
+    let line = one_line(&run.stderr);
+    assert!(line.contains("bad-second-document.yaml#2"), "{line}");
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("review_cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "broken.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nfoo: [1, 2\n",
+            "line 6",
+        ),
+        (
+            "broken.json",
+            "{\"apiVersion\": \"v1\", \"kind\": ",
+            "line 1",
+        ),
+        ("scalar.yaml", "kind: Pod\n---\n- 1\n- 2\n", "document 2"),
+    ];
+    for (name, text, place) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let run = review(&[&path]);
+        assert_exit(&run, 2);
+        assert_eq!(run.stdout, "");
+        let line = one_line(&run.stderr);
+        assert!(line.contains(&path), "{line}");
+        assert!(line.contains(place), "{name}: `{place}` not in: {line}");
+    }
+    let run = review(&["/nonexistent/pods.yaml"]);
+    assert_exit(&run, 2);
+    assert!(one_line(&run.stderr).contains("/nonexistent/pods.yaml"));
+    let run = modelgate_env(
+        &["review", "-"],
+        &[],
+        Some("apiVersion: v1\nkind: Pod\nspec: [unclosed\n"),
+    );
+    assert_exit(&run, 2);
+    assert!(one_line(&run.stderr).contains("stdin"), "{}", run.stderr);
+}
+
+#[test]
+fn init_container_user_outside_the_range_is_refused_at_start() {
+    let input = fixture("list.json");
+    for bad in ["0", "-1", "2147483648", "abc"] {
+        for args in [
+            vec![
+                "review".to_string(),
+                "--init-container-user".into(),
+                bad.into(),
+                input.clone(),
+            ],
+            vec![
+                "review".to_string(),
+                format!("--init-container-user={bad}"),
+                input.clone(),
+            ],
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let run = modelgate(&args);
+            assert_exit(&run, 2);
+            assert_eq!(run.stdout, "", "refused before reviewing anything");
+            let line = one_line(&run.stderr);
+            assert!(line.contains("--init-container-user"), "{bad}: {line}");
+            assert!(line.contains("1..2147483647"), "{bad}: {line}");
+        }
+    }
+    for good in ["1", "2147483647"] {
+        let run = review(&["--init-container-user", good, &input]);
+        assert_exit(&run, 0);
+    }
+    // The environment variable form.
+    for bad in ["0", "-1", "2147483648", "abc"] {
+        let run = modelgate_env(
+            &["review", &input],
+            &[("MODELGATE_INIT_CONTAINER_USER", bad)],
+            None,
+        );
+        assert_exit(&run, 2);
+        let line = one_line(&run.stderr);
+        assert!(
+            line.contains("--init-container-user")
+                || line.contains("MODELGATE_INIT_CONTAINER_USER"),
+            "{bad}: {line}"
+        );
+        assert!(line.contains("1..2147483647"), "{bad}: {line}");
+    }
+}
+
+#[test]
+fn other_invalid_flags_exit_2_with_one_line() {
+    let input = fixture("list.json");
+    for (args, names) in [
+        (vec!["--run-as-user", "0"], "--run-as-user"),
+        (vec!["--run-as-user", "2147483648"], "--run-as-user"),
+        (vec!["--run-as-group=-1"], "--run-as-group"),
+        (vec!["--run-as-user=-1"], "--run-as-user"),
+        (vec!["--default-fsgroup", "abc"], "--default-fsgroup"),
+        (vec!["--webhook", "all"], "--webhook"),
+        (vec!["-o", "yaml"], "--output"),
+        (
+            vec!["--model-cache-prep", "sometimes"],
+            "--model-cache-prep",
+        ),
+        (vec!["--no-such-flag"], "--no-such-flag"),
+    ] {
+        let mut all = vec!["review"];
+        all.extend(args.iter().copied());
+        all.push(&input);
+        let run = modelgate(&all);
+        assert_exit(&run, 2);
+        assert_eq!(run.stdout, "");
+        let line = one_line(&run.stderr);
+        assert!(line.contains(names), "{args:?}: {line}");
+    }
+    // A negative value given as a separate word is refused too (clap reads it as an unknown
+    // flag, so the message names the value rather than the flag).
+    for flag in ["--run-as-user", "--run-as-group"] {
+        let run = review(&[flag, "-1", &input]);
+        assert_exit(&run, 2);
+        assert!(one_line(&run.stderr).contains("-1"), "{}", run.stderr);
+    }
+    // `none` and the OpenShift preset are valid.
+    let run = review(&[
+        "--run-as-user",
+        "none",
+        "--run-as-group",
+        "none",
+        "--default-fsgroup",
+        "0",
+        "-o",
+        "patched-json",
+        &input,
+    ]);
+    assert_exit(&run, 0);
+    assert_eq!(
+        run.json_lines()[0]["spec"]["securityContext"],
+        json!({"runAsNonRoot": true})
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The corpus samples, as a new user would run them
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn kserve_samples_are_allowed_and_the_job_gets_the_policy() {
+    let Some(corpus) = corpus_dir() else { return };
+    let samples = corpus.join("kserve/samples");
+    let mut files: Vec<String> = std::fs::read_dir(&samples)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let caches = corpus.join("kserve/localmodelcache_readme_objects.yaml");
+    let caches = caches.to_string_lossy();
+    let mut args = vec!["--caches", &*caches];
+    args.extend(files.iter().map(String::as_str));
+    let run = review(&args);
+    assert_exit(&run, 0);
+    // The README's InferenceService in --caches is not a cache object: noted, not refused.
+    assert!(run.stderr.contains("InferenceService"), "{}", run.stderr);
+    let lines = run.lines();
+    assert_eq!(lines.len(), files.len(), "{}", run.stdout);
+    for line in &lines {
+        if line.contains(": Job ") {
+            assert!(
+                line.contains("Job default/deepseek-r1-0528-storage-init-job: allowed"),
+                "{line}"
+            );
+            assert!(!line.contains("warnings"), "{line}");
+        } else {
+            assert!(
+                line.contains("allowed, 0 patch operations; warnings: "),
+                "{line}"
+            );
+            assert!(
+                line.contains("InferenceService") || line.contains("LLMInferenceService"),
+                "{line}"
+            );
+        }
+    }
+    let job = samples.join("storage__pvc-init__job.yaml");
+    let run = review(&["-o", "patched-json", &job.to_string_lossy()]);
+    let job = &run.json_lines()[0];
+    assert_eq!(
+        job["spec"]["template"]["spec"]["securityContext"],
+        default_identity()
+    );
+    assert!(
+        job["spec"]["template"]["spec"]
+            .get("initContainers")
+            .is_none(),
+        "its volume is not the cache"
+    );
+    // Named as the cache, the PVC gets the prep container.
+    let run = review(&[
+        "-o",
+        "patched-json",
+        "--cache-volume",
+        "pvc",
+        &samples
+            .join("storage__pvc-init__job.yaml")
+            .to_string_lossy(),
+    ]);
+    assert_exit(&run, 0);
+    let spec = &run.json_lines()[0]["spec"]["template"]["spec"];
+    assert_eq!(spec["initContainers"][0]["name"], "model-cache-prep");
+    assert_eq!(spec["securityContext"]["fsGroup"], 102);
+}
+
+#[test]
+fn kyverno_samples_give_the_answers_spec_md_predicts() {
+    let Some(corpus) = corpus_dir() else { return };
+    let k = corpus.join("kyverno");
+    let path = |p: &str| k.join(p).to_string_lossy().into_owned();
+
+    // runAsUser 0 at pod or container level: denied, naming the field; exit 1.
+    let run = review(&[&path("require-run-as-non-root-user/resource.yaml")]);
+    assert_exit(&run, 1);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 48);
+    let denied: Vec<&&str> = lines.iter().filter(|l| l.contains(": denied: ")).collect();
+    assert_eq!(
+        denied.len(),
+        6,
+        "only the six bad pods; Deployments and CronJobs are not ours:\n{}",
+        run.stdout
+    );
+    for (line, field) in denied.iter().zip([
+        "spec.securityContext.runAsUser: 0",
+        "spec.containers[0].securityContext.runAsUser: 0",
+        "spec.containers[1].securityContext.runAsUser: 0",
+        "spec.securityContext.runAsUser: 0",
+        "spec.initContainers[0].securityContext.runAsUser: 0",
+        "spec.initContainers[1].securityContext.runAsUser: 0",
+    ]) {
+        assert!(
+            line.contains("Pod default/badpod") && line.contains(field),
+            "{line}"
+        );
+    }
+    for line in lines
+        .iter()
+        .filter(|l| l.contains("Deployment ") || l.contains("CronJob "))
+    {
+        assert!(
+            line.contains("allowed, 0 patch operations; warnings: "),
+            "{line}"
+        );
+    }
+
+    // runAsNonRoot: every pod is repaired, so `both` allows all 76 documents ...
+    let nonroot = path("require-run-as-nonroot/resource.yaml");
+    let run = review(&[&nonroot]);
+    assert_exit(&run, 0);
+    assert_eq!(run.lines().len(), 76);
+    let badpod02 = run
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("Pod default/badpod02:"))
+        .unwrap();
+    assert!(
+        badpod02.contains("container01") && badpod02.contains("runAsNonRoot"),
+        "{badpod02}"
+    );
+    // ... while the validating webhook alone refuses the containers that say false.
+    let run = review(&["--webhook", "validate", &nonroot]);
+    assert_exit(&run, 1);
+    let refused: Vec<String> = run
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(": denied: "))
+        .map(|l| l.split(": ").nth(1).unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = [2, 4, 6, 8, 9, 10, 12, 14]
+        .iter()
+        .map(|n| format!("Pod default/badpod{n:02}"))
+        .collect();
+    assert_eq!(refused, expected);
+    // The patched pods all validate and a second pass changes nothing.
+    let patched = review(&["-o", "patched", &nonroot]);
+    let again = modelgate_env(
+        &["review", "-o", "patch", "--webhook", "both", "-"],
+        &[],
+        Some(&patched.stdout),
+    );
+    assert_exit(&again, 0);
+    assert!(
+        again.json_lines().iter().all(|p| p == &json!([])),
+        "{}",
+        again.stdout
+    );
+
+    // Windows pods chosen by nodeSelector only are Linux pods to SPEC.md: full identity.
+    let run = review(&[
+        "-o",
+        "patched-json",
+        &path("windows/pod-bad.yaml"),
+        &path("windows/pod-good.yaml"),
+    ]);
+    assert_exit(&run, 0);
+    for p in run.json_lines() {
+        let sc = &p["spec"]["securityContext"];
+        assert_eq!(
+            (sc["runAsNonRoot"].clone(), sc["runAsUser"].clone()),
+            (json!(true), json!(1000)),
+            "{p}"
+        );
+        assert!(sc["windowsOptions"].is_object());
+    }
+
+    // The mutation samples: inputs patched, Kyverno's own outputs left alone except pod02's
+    // pod-level runAsNonRoot: false.
+    let run = review(&[
+        "-o",
+        "patch",
+        &path("mutation/add-default-securitycontext/chainsaw-test_pod-resources-patched.yaml"),
+    ]);
+    assert_exit(&run, 0);
+    let patches = run.json_lines();
+    assert_eq!(patches[0], json!([]));
+    assert_eq!(
+        patches[1].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(patches[1][0]["path"], "/spec/securityContext/runAsNonRoot");
+    assert_eq!(patches[1][0]["value"], true);
+}

@@ -1,7 +1,8 @@
 //! Decoding the AdmissionReview envelope (`admission.k8s.io/v1`, and `v1beta1` in kind).
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::GroupVersionKind;
+use kube::core::admission::Operation;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Decision, Summary, WorkloadKind};
@@ -42,6 +43,23 @@ pub struct Request {
     pub operation: &'static str,
     pub dry_run: bool,
     pub object: Option<Value>,
+}
+
+/// The part of `request` that modelgate reads (kube-core's `AdmissionRequest` also requires and
+/// decodes `userInfo`, `resource` and the options, which no rule here needs).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestHead {
+    kind: GroupVersionKind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: String,
+    operation: Operation,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 #[derive(Debug)]
@@ -88,16 +106,19 @@ impl Request {
         let envelope = Envelope { api_version, uid };
         let object = request.remove("object").filter(|o| !o.is_null());
         request.remove("oldObject");
-        let typed: AdmissionRequest<DynamicObject> =
-            match serde_path_to_error::deserialize(&Value::Object(std::mem::take(request))) {
-                Ok(r) => r,
-                Err(e) => {
-                    return Err(DecodeError::Invalid {
-                        envelope,
-                        message: format!("request.{}: {}", e.path(), e.inner()),
-                    });
-                }
-            };
+        // Only the fields modelgate reads; the object was taken out above and is decoded later.
+        let head = Value::Object(std::mem::take(request));
+        let typed = match RequestHead::deserialize(&head) {
+            Ok(r) => r,
+            Err(_) => {
+                // Decode again with path tracking, only to name the offending field.
+                let message = match serde_path_to_error::deserialize::<_, RequestHead>(&head) {
+                    Err(e) => format!("request.{}: {}", e.path(), e.inner()),
+                    Ok(_) => "request: cannot be decoded".to_string(),
+                };
+                return Err(DecodeError::Invalid { envelope, message });
+            }
+        };
         let operation = match typed.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",

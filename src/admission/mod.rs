@@ -240,6 +240,10 @@ impl DecodedObject {
             ));
         }
         fn typed<T: serde::de::DeserializeOwned>(object: &Value, kind: &str) -> Result<T, Denial> {
+            if let Ok(t) = T::deserialize(object) {
+                return Ok(t);
+            }
+            // Decode again with path tracking (slower), only to name the offending field.
             serde_path_to_error::deserialize(object).map_err(|e| {
                 let path = e.path().to_string();
                 let field = if path == "." {

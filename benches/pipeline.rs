@@ -1,0 +1,57 @@
+//! The pipeline from request bytes to response bytes, on the three reference reviews in
+//! `benches/reviews/` (issue 6 targets: LLM serving Pod under 30 µs, 20-container Pod under
+//! 200 µs). Run with `cargo bench --bench pipeline`; figures go to docs/benchmarks.md.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use modelgate::admission::{self, Context, Webhook};
+use modelgate::cache::CacheIndex;
+use modelgate::config::PolicyConfig;
+use modelgate::policy::Caches;
+
+fn reviews() -> Vec<(&'static str, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    [
+        "one-container-pod",
+        "llm-serving-pod",
+        "twenty-container-pod",
+    ]
+    .into_iter()
+    .map(|n| {
+        (
+            n,
+            std::fs::read(dir.join(format!("{n}.json"))).expect("reference review"),
+        )
+    })
+    .collect()
+}
+
+fn pipeline(c: &mut Criterion) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).expect("caches");
+    let config = PolicyConfig::default();
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+    };
+    let mut group = c.benchmark_group("pipeline");
+    for (name, body) in reviews() {
+        let out = admission::review(Webhook::Mutate, &body, &ctx);
+        assert_eq!(out.http_status, 200);
+        assert!(
+            out.summary.allowed && out.summary.patch_operations > 0,
+            "{name}"
+        );
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            group.bench_function(format!("{}/{name}", webhook.as_str()), |b| {
+                b.iter(|| admission::review(webhook, black_box(&body), &ctx).body)
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, pipeline);
+criterion_main!(benches);

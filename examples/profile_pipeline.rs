@@ -1,0 +1,29 @@
+//! Runs the pipeline on one reference review N times, for a profiler:
+//! `valgrind --tool=callgrind target/release/examples/profile_pipeline llm-serving-pod 2000`
+//! (instruction counts do not depend on the machine's load; see docs/benchmarks.md).
+
+use std::path::Path;
+
+use modelgate::admission::{self, Context, Webhook};
+use modelgate::cache::CacheIndex;
+use modelgate::config::PolicyConfig;
+use modelgate::policy::Caches;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let name = args.next().unwrap_or_else(|| "llm-serving-pod".into());
+    let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    let body = std::fs::read(dir.join(format!("{name}.json"))).expect("reference review");
+    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).expect("caches");
+    let config = PolicyConfig::default();
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+    };
+    let mut bytes = 0;
+    for _ in 0..n {
+        bytes += admission::review(Webhook::Mutate, &body, &ctx).body.len();
+    }
+    println!("{n} reviews, {bytes} response bytes");
+}

@@ -6,15 +6,16 @@
 //! patch, with `~0`/`~1` escaping) and as the dotted path Kubernetes users read in messages
 //! (`spec.containers[1].securityContext.runAsUser`).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use json_patch::jsonptr::{PointerBuf, Token};
-use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
+use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::Value;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Segment {
-    Key(String),
+    Key(Cow<'static, str>),
     Index(usize),
 }
 
@@ -27,7 +28,7 @@ impl FieldPath {
         FieldPath(Vec::new())
     }
 
-    pub fn key(&self, key: impl Into<String>) -> Self {
+    pub fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
         let mut next = self.clone();
         next.0.push(Segment::Key(key.into()));
         next
@@ -40,16 +41,16 @@ impl FieldPath {
     }
 
     /// Chains several keys: `path.keys(["securityContext", "runAsUser"])`.
-    pub fn keys<const N: usize>(&self, keys: [&str; N]) -> Self {
+    pub fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
         let mut next = self.clone();
         next.0
-            .extend(keys.iter().map(|k| Segment::Key((*k).to_string())));
+            .extend(keys.iter().map(|k| Segment::Key(Cow::Borrowed(*k))));
         next
     }
 
     pub fn pointer(&self) -> PointerBuf {
         PointerBuf::from_tokens(self.0.iter().map(|s| match s {
-            Segment::Key(k) => Token::new(k.as_str()),
+            Segment::Key(k) => Token::new(k.as_ref()),
             Segment::Index(i) => Token::from(*i),
         }))
     }
@@ -109,6 +110,15 @@ impl PatchBuilder {
         }));
     }
 
+    /// Copies the value at `from` to the end of the array at `array` (keeps fields this code
+    /// does not know, which a typed copy would drop).
+    pub fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
+        self.ops.push(PatchOperation::Copy(CopyOperation {
+            from: from.pointer(),
+            path: array.append_pointer(),
+        }));
+    }
+
     pub fn remove(&mut self, path: &FieldPath) {
         self.ops.push(PatchOperation::Remove(RemoveOperation {
             path: path.pointer(),
@@ -127,7 +137,7 @@ impl PatchBuilder {
     /// Sets `key` in the map at `map`, creating the map when absent.
     pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: Value) {
         if exists {
-            self.add(&map.key(key), value);
+            self.add(&map.key(key.to_string()), value);
         } else {
             let mut m = serde_json::Map::new();
             m.insert(key.to_string(), value);

@@ -1,9 +1,14 @@
 //! Decoding the AdmissionReview envelope (`admission.k8s.io/v1`, and `v1beta1` in kind).
+//!
+//! The body is parsed once. The object is kept as raw JSON text and decoded later, directly as
+//! its kind; nothing is parsed into an intermediate tree.
+
+use std::borrow::Cow;
 
 use kube::core::GroupVersionKind;
 use kube::core::admission::Operation;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{Decision, Summary, WorkloadKind};
 
@@ -29,8 +34,8 @@ pub struct Envelope {
     pub uid: String,
 }
 
-/// A decoded admission request. The object stays raw JSON: it is decoded as its kind later,
-/// and patches are computed against it as received.
+/// A decoded admission request. The object stays raw JSON until it is decoded as its kind;
+/// patches are computed against it as received.
 #[derive(Debug)]
 pub struct Request {
     pub envelope: Envelope,
@@ -42,24 +47,7 @@ pub struct Request {
     pub name: String,
     pub operation: &'static str,
     pub dry_run: bool,
-    pub object: Option<Value>,
-}
-
-/// The part of `request` that modelgate reads (kube-core's `AdmissionRequest` also requires and
-/// decodes `userInfo`, `resource` and the options, which no rule here needs).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestHead {
-    kind: GroupVersionKind,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    name: String,
-    operation: Operation,
-    #[serde(default)]
-    dry_run: bool,
+    pub object: Option<Box<RawValue>>,
 }
 
 #[derive(Debug)]
@@ -70,56 +58,108 @@ pub enum DecodeError {
     Invalid { envelope: Envelope, message: String },
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn<'a> {
+    #[serde(borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    request: Option<&'a RawValue>,
+}
+
+/// The part of `request` that modelgate reads (kube-core's `AdmissionRequest` also requires and
+/// decodes `userInfo`, `resource`, the options and a typed object, which no rule here needs).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestHead<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: String,
+    operation: Operation,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct UidOnly {
+    uid: Option<String>,
+}
+
 impl Request {
-    /// Decodes an AdmissionReview, taking the object out of `value` rather than copying it.
-    pub fn from_review(value: &mut Value) -> Result<Request, DecodeError> {
-        let unanswerable = |m: &str| DecodeError::Unanswerable(m.to_string());
-        let Value::Object(review) = value else {
-            return Err(unanswerable("body is not a JSON object"));
+    /// Decodes an AdmissionReview body.
+    pub fn from_slice(body: &[u8]) -> Result<Request, DecodeError> {
+        let review: ReviewIn = serde_json::from_slice(body).map_err(|e| {
+            DecodeError::Unanswerable(match e.classify() {
+                serde_json::error::Category::Data => {
+                    format!("request body is not an AdmissionReview: {e}")
+                }
+                _ => format!("request body is not JSON: {e}"),
+            })
+        })?;
+        let raw_request = review.request.filter(|r| r.get() != "null");
+        let api_version = match review.api_version.as_deref() {
+            Some("admission.k8s.io/v1") => Ok(ApiVersion::V1),
+            Some("admission.k8s.io/v1beta1") => Ok(ApiVersion::V1Beta1),
+            Some(other) => Err(format!(
+                "apiVersion `{other}` is not admission.k8s.io/v1 or v1beta1"
+            )),
+            None => Err("apiVersion is missing".to_string()),
         };
-        let api_version = match review.get("apiVersion").and_then(Value::as_str) {
-            Some("admission.k8s.io/v1") => ApiVersion::V1,
-            Some("admission.k8s.io/v1beta1") => ApiVersion::V1Beta1,
-            Some(other) => {
-                return Err(DecodeError::Unanswerable(format!(
-                    "apiVersion `{other}` is not admission.k8s.io/v1 or v1beta1"
-                )));
-            }
-            None => return Err(unanswerable("apiVersion is missing")),
+        let kind = match review.kind.as_deref() {
+            Some("AdmissionReview") => Ok(()),
+            Some(other) => Err(format!("kind `{other}` is not AdmissionReview")),
+            None => Err("kind is missing".to_string()),
         };
-        match review.get("kind").and_then(Value::as_str) {
-            Some("AdmissionReview") => {}
-            Some(other) => {
-                return Err(DecodeError::Unanswerable(format!(
-                    "kind `{other}` is not AdmissionReview"
-                )));
-            }
-            None => return Err(unanswerable("kind is missing")),
+        let Some(raw_request) = raw_request else {
+            let problem = [api_version.err(), kind.err()].into_iter().flatten().next();
+            return Err(DecodeError::Unanswerable(
+                problem.unwrap_or_else(|| "request is missing".into()),
+            ));
+        };
+        // One pass over the request on the happy path; a second, for the uid alone, otherwise.
+        let head = serde_json::from_str::<RequestHead>(raw_request.get());
+        let uid = match &head {
+            Ok(h) => Some(h.uid.clone()),
+            Err(_) => serde_json::from_str::<UidOnly>(raw_request.get())
+                .ok()
+                .and_then(|u| u.uid),
+        };
+        let Some(uid) = uid.filter(|u| !u.is_empty()) else {
+            let problem = [api_version.err(), kind.err()].into_iter().flatten().next();
+            return Err(DecodeError::Unanswerable(problem.unwrap_or_else(|| {
+                "request.uid is missing or not a string".into()
+            })));
+        };
+        // The uid is readable: from here on, problems are answered in a review that echoes it.
+        let envelope = Envelope {
+            api_version: *api_version.as_ref().unwrap_or(&ApiVersion::V1),
+            uid,
+        };
+        if let Some(message) = [api_version.err(), kind.err()].into_iter().flatten().next() {
+            return Err(DecodeError::Invalid { envelope, message });
         }
-        let Some(Value::Object(request)) = review.get_mut("request") else {
-            return Err(unanswerable("request is missing or not an object"));
-        };
-        let uid = match request.get("uid").and_then(Value::as_str) {
-            Some(uid) if !uid.is_empty() => uid.to_string(),
-            _ => return Err(unanswerable("request.uid is missing or not a string")),
-        };
-        let envelope = Envelope { api_version, uid };
-        let object = request.remove("object").filter(|o| !o.is_null());
-        request.remove("oldObject");
-        // Only the fields modelgate reads; the object was taken out above and is decoded later.
-        let head = Value::Object(std::mem::take(request));
-        let typed = match RequestHead::deserialize(&head) {
-            Ok(r) => r,
+        let head = match head {
+            Ok(h) => h,
             Err(_) => {
                 // Decode again with path tracking, only to name the offending field.
-                let message = match serde_path_to_error::deserialize::<_, RequestHead>(&head) {
+                let de = &mut serde_json::Deserializer::from_str(raw_request.get());
+                let message = match serde_path_to_error::deserialize::<_, RequestHead>(de) {
                     Err(e) => format!("request.{}: {}", e.path(), e.inner()),
                     Ok(_) => "request: cannot be decoded".to_string(),
                 };
                 return Err(DecodeError::Invalid { envelope, message });
             }
         };
-        let operation = match typed.operation {
+        let operation = match head.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
@@ -127,15 +167,18 @@ impl Request {
         };
         Ok(Request {
             envelope,
-            group: typed.kind.group,
-            version: typed.kind.version,
-            kind: typed.kind.kind,
-            sub_resource: typed.sub_resource.filter(|s| !s.is_empty()),
-            namespace: typed.namespace.unwrap_or_default(),
-            name: typed.name,
+            group: head.kind.group,
+            version: head.kind.version,
+            kind: head.kind.kind,
+            sub_resource: head.sub_resource.filter(|s| !s.is_empty()),
+            namespace: head.namespace.unwrap_or_default(),
+            name: head.name,
             operation,
-            dry_run: typed.dry_run,
-            object,
+            dry_run: head.dry_run,
+            object: head
+                .object
+                .filter(|o| o.get() != "null")
+                .map(|o| o.to_owned()),
         })
     }
 
@@ -161,24 +204,18 @@ impl Request {
     }
 
     pub fn summary(&self, decision: &Decision) -> Summary {
-        let meta = self.object.as_ref().and_then(|o| o.get("metadata"));
-        let field = |k: &str| {
-            meta.and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
         let name = if self.name.is_empty() {
-            field("name")
-                .or(field("generateName"))
-                .unwrap_or("")
-                .to_string()
+            decision.object_name.clone().unwrap_or_default()
         } else {
             self.name.clone()
         };
         Summary {
             uid: self.envelope.uid.clone(),
             kind: self.kind.clone(),
-            namespace: field("namespace").unwrap_or(&self.namespace).to_string(),
+            namespace: decision
+                .object_namespace
+                .clone()
+                .unwrap_or_else(|| self.namespace.clone()),
             name,
             operation: self.operation.to_string(),
             dry_run: self.dry_run,

@@ -1,8 +1,11 @@
 //! Encoding the answer: the one place a decision becomes bytes on the wire.
+//!
+//! The response is serialised straight from borrowed data. kube-core's `AdmissionResponse` is
+//! not used here because it serialises the patch bytes as a number array, where the API server
+//! expects base64 (the documented format).
 
 use base64::Engine;
-use kube::core::admission::AdmissionResponse;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::decode::Envelope;
 use super::{Decision, Outcome, Summary};
@@ -21,44 +24,81 @@ fn clip_warning(w: &str) -> String {
     format!("{}…", &w[..end])
 }
 
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+/// A `metav1.Status`, as the API server shows it to the user on a denial.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_version: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: &'a str,
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        _ => "Forbidden",
+    }
+}
+
 /// An AdmissionReview response for a decoded envelope.
 pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
-    let mut r = AdmissionResponse::invalid("");
-    r.uid = envelope.uid.clone();
-    r.allowed = decision.allowed;
-    r.result = Default::default();
-    if let Some(message) = &decision.message {
-        r.result.message = message.clone();
-        r.result.code = decision.code.unwrap_or(403);
-        r.result.status = Some(kube::core::response::StatusSummary::Failure);
-    }
-    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.0.is_empty())
-        && let Ok(with_patch) = r.clone().with_patch(patch.clone())
-    {
-        r = with_patch;
-    }
-    // kube-core serialises the patch bytes as a number array; the API server expects base64.
-    let patch_b64 = r
-        .patch
-        .take()
-        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
-    if !decision.warnings.is_empty() {
-        r.warnings = Some(decision.warnings.iter().map(|w| clip_warning(w)).collect());
-    }
-    let mut response = serde_json::to_value(&r).unwrap_or_else(|_| json!({}));
-    if let (Some(p), Some(obj)) = (patch_b64, response.as_object_mut()) {
-        obj.insert("patch".into(), Value::String(p));
-    }
-    if decision.message.is_none()
-        && let Some(obj) = response.as_object_mut()
-    {
-        obj.remove("status");
-    }
-    let review = json!({
-        "apiVersion": envelope.api_version.as_str(),
-        "kind": "AdmissionReview",
-        "response": response,
+    let status = decision.message.as_deref().map(|message| {
+        let code = decision.code.unwrap_or(403);
+        StatusOut {
+            api_version: None,
+            kind: None,
+            status: "Failure",
+            code,
+            reason: reason(code),
+            message,
+        }
     });
+    let patch = decision
+        .patch
+        .as_ref()
+        .filter(|p| !p.0.is_empty())
+        .and_then(|p| serde_json::to_vec(p).ok())
+        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+    let review = ReviewOut {
+        api_version: envelope.api_version.as_str(),
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid: &envelope.uid,
+            allowed: decision.allowed,
+            status,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            warnings: decision.warnings.iter().map(|w| clip_warning(w)).collect(),
+        },
+    };
     Outcome {
         http_status: 200,
         body: serde_json::to_vec(&review).unwrap_or_default(),
@@ -67,20 +107,20 @@ pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> O
 }
 
 /// HTTP 400 with a Kubernetes `Status` body, for a body that is no AdmissionReview at all.
-pub fn bad_request(message: String, reason: &'static str) -> Outcome {
-    let body = json!({
-        "apiVersion": "v1",
-        "kind": "Status",
-        "status": "Failure",
-        "reason": "BadRequest",
-        "code": 400,
-        "message": message,
-    });
+pub fn bad_request(message: String, error: &'static str) -> Outcome {
+    let body = StatusOut {
+        api_version: Some("v1"),
+        kind: Some("Status"),
+        status: "Failure",
+        code: 400,
+        reason: "BadRequest",
+        message: &message,
+    };
     Outcome {
         http_status: 400,
         body: serde_json::to_vec(&body).unwrap_or_default(),
         summary: Summary {
-            error: Some(reason),
+            error: Some(error),
             ..Default::default()
         },
     }

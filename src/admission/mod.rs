@@ -11,9 +11,13 @@ mod encode;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
 pub use encode::MAX_WARNING_LEN;
 
-use serde_json::Value;
+use k8s_openapi::api::batch::v1::JobSpec;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
-use crate::config::PolicyConfig;
+use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::FieldPath;
 use crate::policy::{self, Caches, Denial, Mutation, Workload};
 
@@ -50,6 +54,9 @@ pub struct Decision {
     pub code: Option<u16>,
     pub patch: Option<json_patch::Patch>,
     pub warnings: Vec<String>,
+    /// The object's namespace and name (or generateName), for logs, once it is decoded.
+    pub object_namespace: Option<String>,
+    pub object_name: Option<String>,
 }
 
 impl Decision {
@@ -110,16 +117,15 @@ pub struct Outcome {
 
 /// Handles one AdmissionReview body end to end. Never panics on input.
 pub fn review(webhook: Webhook, body: &[u8], ctx: &Context) -> Outcome {
-    let mut value: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return encode::bad_request(format!("request body is not JSON: {e}"), "invalid_json");
-        }
-    };
-    let request = match Request::from_review(&mut value) {
+    let request = match Request::from_slice(body) {
         Ok(r) => r,
         Err(DecodeError::Unanswerable(message)) => {
-            return encode::bad_request(message, "invalid_review");
+            let error = if message.contains("not JSON") {
+                "invalid_json"
+            } else {
+                "invalid_review"
+            };
+            return encode::bad_request(message, error);
         }
         Err(DecodeError::Invalid { envelope, message }) => {
             let summary = Summary {
@@ -155,10 +161,10 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
         && req.operation == "UPDATE"
         && req.sub_resource.as_deref() == Some("ephemeralcontainers");
     let create = req.operation == "CREATE" && req.sub_resource.is_none();
-    if !(create || ephemeral_update) {
+    if !(create || ephemeral_update) || ctx.config.is_exempt(&req.namespace) {
         return Decision::allow();
     }
-    let Some(object) = req.object.as_ref() else {
+    let Some(object) = req.object.as_deref() else {
         return Decision::invalid(format!(
             "request.object is missing on {} of a {}",
             req.operation,
@@ -169,21 +175,25 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
         Ok(d) => d,
         Err(denial) => return Decision::deny(&denial),
     };
-    let namespace = decoded
-        .namespace()
-        .unwrap_or(req.namespace.as_str())
-        .to_string();
-    if ctx.config.is_exempt(&namespace) {
-        return Decision::allow();
-    }
-    let workload = match decoded.workload(&namespace, object) {
-        Ok(w) => w,
-        Err(denial) => return Decision::deny(&denial),
+    let namespace = decoded.namespace().unwrap_or(req.namespace.as_str());
+    let mut decision = if ctx.config.is_exempt(namespace) {
+        Decision::allow()
+    } else {
+        match decoded.workload(namespace) {
+            Ok(workload) => judge(webhook, ephemeral_update, &workload, ctx),
+            Err(denial) => Decision::deny(&denial),
+        }
     };
+    decision.object_namespace = Some(namespace.to_string());
+    decision.object_name = decoded.name().map(str::to_string);
+    decision
+}
+
+fn judge(webhook: Webhook, ephemeral_update: bool, workload: &Workload, ctx: &Context) -> Decision {
     let result = match webhook {
-        Webhook::Validate => policy::validate(&workload, ctx.config).map(|()| Mutation::default()),
-        Webhook::Mutate if ephemeral_update => policy::mutate_ephemeral(&workload, ctx.config),
-        Webhook::Mutate => policy::mutate_create(&workload, ctx.config, ctx.caches),
+        Webhook::Validate => policy::validate(workload, ctx.config).map(|()| Mutation::default()),
+        Webhook::Mutate if ephemeral_update => policy::mutate_ephemeral(workload, ctx.config),
+        Webhook::Mutate => policy::mutate_create(workload, ctx.config, ctx.caches),
     };
     match result {
         Ok(m) => Decision {
@@ -211,24 +221,105 @@ impl WorkloadKind {
     }
 }
 
-/// The object decoded as the kind the request names.
-enum DecodedObject {
-    Pod(Box<k8s_openapi::api::core::v1::Pod>),
-    Job(Box<k8s_openapi::api::batch::v1::Job>),
+/// A Pod as modelgate decodes it: `metadata` optional so that its absence is seen.
+#[derive(Deserialize)]
+struct PodObject {
+    kind: Option<String>,
+    metadata: Option<ObjectMeta>,
+    spec: Option<PodSpec>,
+    #[allow(dead_code)] // decoded so that a malformed status is refused like any field
+    status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+#[derive(Deserialize)]
+struct JobObject {
+    kind: Option<String>,
+    metadata: Option<ObjectMeta>,
+    spec: Option<JobSpec>,
+    #[allow(dead_code)]
+    status: Option<k8s_openapi::api::batch::v1::JobStatus>,
+}
+
+/// The object decoded as the kind the request names, and the raw init containers when one of
+/// them must be judged as the prep container.
+struct DecodedObject {
+    object: Object,
+    raw_init_containers: Option<Vec<Box<RawValue>>>,
+}
+
+enum Object {
+    Pod(Box<PodObject>),
+    Job(Box<JobObject>),
+}
+
+#[derive(Deserialize)]
+struct RawInit<'a> {
+    #[serde(borrow, rename = "initContainers")]
+    init_containers: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct RawSpec<'a> {
+    #[serde(borrow)]
+    spec: Option<RawInit<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawTemplate<'a> {
+    #[serde(borrow)]
+    template: Option<RawSpec<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawJob<'a> {
+    #[serde(borrow)]
+    spec: Option<RawTemplate<'a>>,
 }
 
 const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes API schema.";
 
 impl DecodedObject {
-    fn decode(kind: WorkloadKind, object: &Value) -> Result<Self, Denial> {
+    fn decode(kind: WorkloadKind, raw: &RawValue) -> Result<Self, Denial> {
         let fail = |field: String, problem: String| Denial::single(field, problem, DECODE_ADVICE);
-        if !object.is_object() {
+        let text = raw.get();
+        if !text.trim_start().starts_with('{') {
             return Err(fail(
                 "request.object".into(),
                 format!("cannot be decoded as a {}: not an object", kind.as_str()),
             ));
         }
-        if let Some(found) = object.get("kind").and_then(Value::as_str)
+        fn typed<T: serde::de::DeserializeOwned>(text: &str, kind: &str) -> Result<T, Denial> {
+            if let Ok(t) = serde_json::from_str(text) {
+                return Ok(t);
+            }
+            // Decode again with path tracking (slower), only to name the offending field.
+            let de = &mut serde_json::Deserializer::from_str(text);
+            match serde_path_to_error::deserialize::<_, T>(de) {
+                Ok(t) => Ok(t),
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let field = if path == "." {
+                        "request.object".to_string()
+                    } else {
+                        path
+                    };
+                    Err(Denial::single(
+                        field,
+                        format!("cannot be decoded as a {kind}: {}", e.inner()),
+                        DECODE_ADVICE,
+                    ))
+                }
+            }
+        }
+        let object = match kind {
+            WorkloadKind::Pod => Object::Pod(typed(text, "Pod")?),
+            WorkloadKind::Job => Object::Job(typed(text, "Job")?),
+        };
+        let found = match &object {
+            Object::Pod(p) => p.kind.as_deref(),
+            Object::Job(j) => j.kind.as_deref(),
+        };
+        if let Some(found) = found
             && found != kind.as_str()
         {
             return Err(fail(
@@ -239,63 +330,78 @@ impl DecodedObject {
                 ),
             ));
         }
-        fn typed<T: serde::de::DeserializeOwned>(object: &Value, kind: &str) -> Result<T, Denial> {
-            if let Ok(t) = T::deserialize(object) {
-                return Ok(t);
-            }
-            // Decode again with path tracking (slower), only to name the offending field.
-            serde_path_to_error::deserialize(object).map_err(|e| {
-                let path = e.path().to_string();
-                let field = if path == "." {
-                    "request.object".to_string()
-                } else {
-                    path
-                };
-                Denial::single(
-                    field,
-                    format!("cannot be decoded as a {kind}: {}", e.inner()),
-                    DECODE_ADVICE,
-                )
-            })
+        let mut decoded = DecodedObject {
+            object,
+            raw_init_containers: None,
+        };
+        // Only a pod with a container named like the prep needs its init containers as received.
+        let has_prep = decoded
+            .pod_spec()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|ics| ics.iter().any(|c| c.name == PREP_CONTAINER));
+        if has_prep {
+            let raw_init = match kind {
+                WorkloadKind::Pod => serde_json::from_str::<RawSpec>(text)
+                    .ok()
+                    .and_then(|r| r.spec),
+                WorkloadKind::Job => serde_json::from_str::<RawJob>(text)
+                    .ok()
+                    .and_then(|r| r.spec?.template?.spec),
+            };
+            decoded.raw_init_containers = raw_init
+                .and_then(|r| r.init_containers)
+                .map(|v| v.into_iter().map(|c| c.to_owned()).collect());
         }
-        Ok(match kind {
-            WorkloadKind::Pod => DecodedObject::Pod(typed(object, "Pod")?),
-            WorkloadKind::Job => DecodedObject::Job(typed(object, "Job")?),
-        })
+        Ok(decoded)
+    }
+
+    fn metadata(&self) -> Option<&ObjectMeta> {
+        match &self.object {
+            Object::Pod(p) => p.metadata.as_ref(),
+            Object::Job(j) => j.metadata.as_ref(),
+        }
     }
 
     fn namespace(&self) -> Option<&str> {
-        let meta = match self {
-            DecodedObject::Pod(p) => &p.metadata,
-            DecodedObject::Job(j) => &j.metadata,
-        };
-        meta.namespace.as_deref().filter(|n| !n.is_empty())
+        self.metadata()?
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
     }
 
-    fn workload<'a>(&'a self, namespace: &'a str, raw: &'a Value) -> Result<Workload<'a>, Denial> {
+    /// The name, else the `generateName` prefix.
+    fn name(&self) -> Option<&str> {
+        let meta = self.metadata()?;
+        meta.name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or(meta.generate_name.as_deref())
+    }
+
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        match &self.object {
+            Object::Pod(p) => p.spec.as_ref(),
+            Object::Job(j) => j.spec.as_ref()?.template.spec.as_ref(),
+        }
+    }
+
+    fn workload<'a>(&'a self, namespace: &'a str) -> Result<Workload<'a>, Denial> {
         let missing = |field: &str| Denial::single(field, "is missing", DECODE_ADVICE);
-        match self {
-            DecodedObject::Pod(p) => {
-                let spec = p.spec.as_ref().ok_or_else(|| missing("spec"))?;
-                Ok(Workload {
-                    kind: "Pod",
-                    namespace,
-                    annotations: p.metadata.annotations.as_ref(),
-                    has_metadata: raw.get("metadata").is_some_and(Value::is_object),
-                    spec,
-                    raw_spec: &raw["spec"],
-                    meta_path: FieldPath::root().key("metadata"),
-                    spec_path: FieldPath::root().key("spec"),
-                })
-            }
-            DecodedObject::Job(j) => {
+        let raw_init_containers = self.raw_init_containers.as_deref();
+        match &self.object {
+            Object::Pod(p) => Ok(Workload {
+                kind: "Pod",
+                namespace,
+                annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
+                has_metadata: p.metadata.is_some(),
+                spec: p.spec.as_ref().ok_or_else(|| missing("spec"))?,
+                raw_init_containers,
+                meta_path: FieldPath::root().key("metadata"),
+                spec_path: FieldPath::root().key("spec"),
+            }),
+            Object::Job(j) => {
                 let spec = j.spec.as_ref().ok_or_else(|| missing("spec"))?;
                 let template = &spec.template;
-                let pod_spec = template
-                    .spec
-                    .as_ref()
-                    .ok_or_else(|| missing("spec.template.spec"))?;
-                let raw_template = &raw["spec"]["template"];
                 Ok(Workload {
                     kind: "Job",
                     namespace,
@@ -303,9 +409,12 @@ impl DecodedObject {
                         .metadata
                         .as_ref()
                         .and_then(|m| m.annotations.as_ref()),
-                    has_metadata: raw_template.get("metadata").is_some_and(Value::is_object),
-                    spec: pod_spec,
-                    raw_spec: &raw_template["spec"],
+                    has_metadata: template.metadata.is_some(),
+                    spec: template
+                        .spec
+                        .as_ref()
+                        .ok_or_else(|| missing("spec.template.spec"))?,
+                    raw_init_containers,
                     meta_path: FieldPath::root().keys(["spec", "template", "metadata"]),
                     spec_path: FieldPath::root().keys(["spec", "template", "spec"]),
                 })

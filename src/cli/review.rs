@@ -194,11 +194,12 @@ fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
 
 fn review_one(
     origin: String,
-    mut review: Value,
+    review: Value,
     webhook: WebhookChoice,
     ctx: &Context,
 ) -> anyhow::Result<Reviewed> {
-    let request = match Request::from_review(&mut review) {
+    let body = serde_json::to_vec(&review)?;
+    let mut request = match Request::from_slice(&body) {
         Ok(r) => r,
         Err(admission::DecodeError::Unanswerable(m)) => bail!("{origin}: {m}"),
         Err(admission::DecodeError::Invalid { message, .. }) => bail!("{origin}: {message}"),
@@ -209,23 +210,27 @@ fn review_one(
             admission::decide(Webhook::Mutate, &request, ctx)
         }
     };
-    let mut patched = request.object.clone();
+    let mut patched: Option<Value> = match request.object.as_deref() {
+        Some(raw) => Some(serde_json::from_str(raw.get())?),
+        None => None,
+    };
     if let (Some(obj), Some(patch)) = (patched.as_mut(), decision.patch.as_ref()) {
         json_patch::patch(obj, &patch.0)
             .with_context(|| format!("{origin}: the patch does not apply"))?;
     }
-    let mut request = request;
-    if webhook == WebhookChoice::Both && decision.allowed {
+    if webhook == WebhookChoice::Both && decision.allowed && decision.patch.is_some() {
         // Validate what the API server would store: the patched object.
-        let original = std::mem::replace(&mut request.object, patched.clone());
+        let patched_raw = patched
+            .as_ref()
+            .map(serde_json::value::to_raw_value)
+            .transpose()?;
+        let original = std::mem::replace(&mut request.object, patched_raw);
         let validation = admission::decide(Webhook::Validate, &request, ctx);
         request.object = original;
-        decision.warnings.extend(validation.warnings);
-        if !validation.allowed {
-            decision.allowed = false;
-            decision.message = validation.message;
-            decision.code = validation.code;
-        }
+        merge_validation(&mut decision, validation);
+    } else if webhook == WebhookChoice::Both && decision.allowed {
+        let validation = admission::decide(Webhook::Validate, &request, ctx);
+        merge_validation(&mut decision, validation);
     }
     Ok(Reviewed {
         origin,
@@ -233,6 +238,16 @@ fn review_one(
         decision,
         patched,
     })
+}
+
+/// What the API server does with two webhooks: allowed only if both allow; both warn.
+fn merge_validation(decision: &mut Decision, validation: Decision) {
+    decision.warnings.extend(validation.warnings);
+    if !validation.allowed {
+        decision.allowed = false;
+        decision.message = validation.message;
+        decision.code = validation.code;
+    }
 }
 
 fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Result<()> {

@@ -112,17 +112,27 @@ pub fn canonical(
     }
 }
 
-/// Whether `existing` is the canonical container. The fields the API server defaults on every
-/// container (pull policy, termination message) are not ours and may hold anything; every other
-/// field must be exactly canonical, so nothing can ride along with a root container.
-pub fn is_canonical(existing: &Container, canonical: &Container) -> bool {
-    let strip = |c: &Container| Container {
-        image_pull_policy: None,
-        termination_message_path: None,
-        termination_message_policy: None,
-        ..c.clone()
+/// Fields the API server defaults on every container: not ours, so they may hold anything.
+const DEFAULTED: [&str; 3] = [
+    "imagePullPolicy",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+];
+
+/// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
+/// received: every field but the defaulted ones must be canonical, including fields this code's
+/// types do not know, so nothing can ride along with a root container.
+pub fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> bool {
+    let Some(raw) = w.raw_init_containers.and_then(|r| r.get(index)) else {
+        return false;
     };
-    strip(existing) == strip(canonical)
+    let Ok(serde_json::Value::Object(mut existing)) = serde_json::from_str(raw.get()) else {
+        return false;
+    };
+    for key in DEFAULTED {
+        existing.remove(key);
+    }
+    serde_json::to_value(canonical).is_ok_and(|c| c == serde_json::Value::Object(existing))
 }
 
 /// The canonical container for the pod as it stands (for validation), or `None` when modelgate
@@ -159,20 +169,42 @@ mod tests {
         assert_eq!(command("/m", 7, Some(-1)), "chown 7:0 /m && chmod 770 /m");
     }
 
+    fn judged(raw: serde_json::Value, canonical: &Container) -> bool {
+        let spec = k8s_openapi::api::core::v1::PodSpec::default();
+        let raw = vec![serde_json::value::to_raw_value(&raw).unwrap()];
+        let w = Workload {
+            kind: "Pod",
+            namespace: "t",
+            annotations: None,
+            has_metadata: true,
+            spec: &spec,
+            raw_init_containers: Some(&raw),
+            meta_path: crate::patch::FieldPath::root().key("metadata"),
+            spec_path: crate::patch::FieldPath::root().key("spec"),
+        };
+        is_canonical_at(&w, 0, canonical)
+    }
+
     #[test]
     fn canonical_ignores_only_api_server_defaults() {
         let cfg = PolicyConfig::default();
         let c = canonical(&cfg, "model-cache", None, Some(102));
-        let mut defaulted = c.clone();
-        defaulted.image_pull_policy = Some("IfNotPresent".into());
-        defaulted.termination_message_path = Some("/dev/termination-log".into());
-        defaulted.termination_message_policy = Some("File".into());
-        assert!(is_canonical(&defaulted, &c));
-        let mut smuggled = c.clone();
-        smuggled.args = Some(vec!["rm -rf /".into()]);
-        assert!(!is_canonical(&smuggled, &c));
-        let mut other_uid = c.clone();
-        other_uid.command.as_mut().unwrap()[2] = command("/models", 101, None);
-        assert!(!is_canonical(&other_uid, &c));
+        let json = serde_json::to_value(&c).unwrap();
+        assert!(judged(json.clone(), &c));
+        let mut defaulted = json.clone();
+        defaulted["imagePullPolicy"] = "IfNotPresent".into();
+        defaulted["terminationMessagePath"] = "/dev/termination-log".into();
+        defaulted["terminationMessagePolicy"] = "File".into();
+        assert!(judged(defaulted, &c));
+        let mut smuggled = json.clone();
+        smuggled["args"] = serde_json::json!(["rm -rf /"]);
+        assert!(!judged(smuggled, &c));
+        // A field newer than this code's Kubernetes types is not ignored either.
+        let mut future = json.clone();
+        future["securityContext"]["futurePrivilege"] = true.into();
+        assert!(!judged(future, &c));
+        let mut other_uid = json;
+        other_uid["command"][2] = command("/models", 101, None).into();
+        assert!(!judged(other_uid, &c));
     }
 }

@@ -78,7 +78,7 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
         let init_path = w.spec_path.key("initContainers");
         let value = serde_json::to_value(&canonical).expect("a Container always serializes");
         match init.iter().position(|c| c.name == PREP_CONTAINER) {
-            Some(i) if cache_prep::is_canonical(&init[i], &canonical) => {}
+            Some(i) if cache_prep::is_canonical_at(w, i, &canonical) => {}
             Some(i) => {
                 m.patch.replace(&init_path.index(i), value);
                 m.warnings.push(

@@ -1,5 +1,6 @@
 //! SPEC.md §5: resolve the pod's model URI against node-local caches and mount it.
 
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -132,9 +133,13 @@ fn hit(
 
     let volume = json!({ "name": VOLUME, "persistentVolumeClaim": { "claimName": r.pvc, "readOnly": true } });
     let volumes = w.spec_path.key("volumes");
-    let existing = w.raw_spec.get("volumes").and_then(Value::as_array);
-    match existing.and_then(|vs| vs.iter().position(|v| v["name"] == VOLUME)) {
-        Some(i) if existing.unwrap()[i] == volume => {}
+    let existing = w.spec.volumes.as_deref();
+    match existing.and_then(|vs| vs.iter().position(|v| v.name == VOLUME)) {
+        Some(i)
+            if existing
+                .and_then(|vs| serde_json::to_value(&vs[i]).ok())
+                .as_ref()
+                == Some(&volume) => {}
         Some(i) => patch.replace(&volumes.index(i), volume),
         None => patch.push_to(&volumes, existing.is_some(), volume),
     }
@@ -209,107 +214,110 @@ fn miss(w: &Workload, patch: &mut PatchBuilder) {
     }
 }
 
-/// Does `term` already require everything some node-group term requires?
-fn implies(term: &Value, required: &Value) -> bool {
-    ["matchExpressions", "matchFields"].iter().all(|k| {
-        let have = term.get(*k).and_then(Value::as_array);
-        required
-            .get(*k)
-            .and_then(Value::as_array)
-            .into_iter()
+/// Does `term` already require everything `required` requires?
+fn implies(term: &NodeSelectorTerm, required: &NodeSelectorTerm) -> bool {
+    fn contains<T: PartialEq>(have: &Option<Vec<T>>, need: &Option<Vec<T>>) -> bool {
+        need.iter()
             .flatten()
-            .all(|r| have.is_some_and(|h| h.contains(r)))
-    })
+            .all(|n| have.iter().flatten().any(|h| h == n))
+    }
+    contains(&term.match_expressions, &required.match_expressions)
+        && contains(&term.match_fields, &required.match_fields)
 }
 
-/// `term AND required`: the requirement lists concatenated, other fields of `term` kept.
-fn and_terms(term: &Value, required: &Value) -> Value {
-    let mut out = term.clone();
-    for k in ["matchExpressions", "matchFields"] {
-        if let Some(extra) = required
-            .get(k)
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-        {
-            let list = out
-                .as_object_mut()
-                .map(|o| o.entry(k).or_insert_with(|| Value::Array(vec![])));
-            if let Some(Value::Array(a)) = list {
-                a.extend(extra.iter().cloned());
+/// Appends `required`'s requirements to the term at `term_path` (which holds `term`).
+fn and_into(
+    term_path: &FieldPath,
+    term: &NodeSelectorTerm,
+    required: &NodeSelectorTerm,
+    patch: &mut PatchBuilder,
+) {
+    let lists = [
+        (
+            "matchExpressions",
+            term.match_expressions.is_some(),
+            required.match_expressions.as_ref().map(|v| to_values(v)),
+        ),
+        (
+            "matchFields",
+            term.match_fields.is_some(),
+            required.match_fields.as_ref().map(|v| to_values(v)),
+        ),
+    ];
+    for (key, exists, extra) in lists {
+        let Some(extra) = extra.filter(|e| !e.is_empty()) else {
+            continue;
+        };
+        let list = term_path.key(key);
+        if exists {
+            for e in extra {
+                patch.append(&list, e);
             }
+        } else {
+            patch.add(&list, Value::Array(extra));
         }
     }
-    out
+}
+
+fn to_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
+    items
+        .iter()
+        .filter_map(|i| serde_json::to_value(i).ok())
+        .collect()
 }
 
 /// Adds the node group's required terms to the pod's required node affinity. Terms are ORed, so
-/// `(T1 or T2) and (P1 or P2)` becomes every `Ti and Pj`; a term that already implies some `Pj`
-/// is kept as it is, which makes a second pass a no-op.
-fn require_node_terms(
-    w: &Workload,
-    terms: &[k8s_openapi::api::core::v1::NodeSelectorTerm],
-    patch: &mut PatchBuilder,
-) {
-    let required: Vec<Value> = terms
-        .iter()
-        .filter_map(|t| serde_json::to_value(t).ok())
-        .collect();
+/// `(T1 or T2) and (P1 or P2)` becomes every `Ti and Pj`. A term that already implies some `Pj`
+/// is kept as it is, which makes a second pass a no-op. Terms are extended in place and copied
+/// with JSON Patch `copy`, so their fields unknown to this code survive.
+fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut PatchBuilder) {
     if required.is_empty() {
         return;
     }
-    let affinity = w.raw_spec.get("affinity");
-    let node_affinity = affinity.and_then(|a| a.get("nodeAffinity"));
-    let selector =
-        node_affinity.and_then(|n| n.get("requiredDuringSchedulingIgnoredDuringExecution"));
-    let current = selector
-        .and_then(|s| s.get("nodeSelectorTerms"))
-        .and_then(Value::as_array)
-        .filter(|a| !a.is_empty());
-    let merged: Vec<Value> = match current {
-        None => required.clone(),
-        Some(current) => {
-            if current
-                .iter()
-                .all(|t| required.iter().any(|r| implies(t, r)))
-            {
-                return;
-            }
-            current
-                .iter()
-                .flat_map(|t| {
-                    if required.iter().any(|r| implies(t, r)) {
-                        vec![t.clone()]
-                    } else {
-                        required.iter().map(|r| and_terms(t, r)).collect()
-                    }
-                })
-                .collect()
-        }
-    };
+    let affinity = w.spec.affinity.as_ref();
+    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
+    let selector = node_affinity.and_then(|n| {
+        n.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    });
     let base: FieldPath = w.spec_path.key("affinity");
-    let terms = Value::Array(merged);
-    let is_obj = |v: Option<&Value>| v.is_some_and(Value::is_object);
-    if !is_obj(affinity) {
-        patch.add(&base, json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } } }));
-    } else if !is_obj(node_affinity) {
-        patch.add(&base.key("nodeAffinity"), json!({ "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } }));
-    } else if !is_obj(selector) {
-        patch.add(
-            &base.keys([
-                "nodeAffinity",
-                "requiredDuringSchedulingIgnoredDuringExecution",
-            ]),
-            json!({ "nodeSelectorTerms": terms }),
-        );
-    } else {
-        patch.add(
-            &base.keys([
-                "nodeAffinity",
-                "requiredDuringSchedulingIgnoredDuringExecution",
-                "nodeSelectorTerms",
-            ]),
-            terms,
-        );
+    let selector_path = base.keys([
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+    ]);
+    let terms_path = selector_path.key("nodeSelectorTerms");
+    let current = selector
+        .map(|s| s.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    if current.is_empty() {
+        let terms = Value::Array(to_values(required));
+        if affinity.is_none() {
+            patch.add(&base, json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } } }));
+        } else if node_affinity.is_none() {
+            patch.add(&base.key("nodeAffinity"), json!({ "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } }));
+        } else if selector.is_none() {
+            patch.add(&selector_path, json!({ "nodeSelectorTerms": terms }));
+        } else {
+            patch.add(&terms_path, terms);
+        }
+        return;
+    }
+    // Copies first, from the terms as received; then the in-place extensions.
+    let mut appended = current.len();
+    let mut in_place = Vec::new();
+    for (i, term) in current.iter().enumerate() {
+        if required.iter().any(|r| implies(term, r)) {
+            continue;
+        }
+        for r in &required[1..] {
+            patch.copy_to_end(&terms_path.index(i), &terms_path);
+            and_into(&terms_path.index(appended), term, r, patch);
+            appended += 1;
+        }
+        in_place.push((i, term));
+    }
+    for (i, term) in in_place {
+        and_into(&terms_path.index(i), term, &required[0], patch);
     }
 }
 
@@ -325,12 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn and_terms_concatenates_and_implies_detects_it() {
-        let t = json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]});
-        let p = json!({"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]});
-        let both = and_terms(&t, &p);
-        assert_eq!(both["matchExpressions"].as_array().unwrap().len(), 2);
-        assert!(implies(&both, &p));
-        assert!(!implies(&t, &p));
+    fn implies_needs_every_requirement() {
+        let term = |v: Value| -> NodeSelectorTerm { serde_json::from_value(v).unwrap() };
+        let zone = json!({"key": "zone", "operator": "In", "values": ["a"]});
+        let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
+        let p = term(json!({"matchExpressions": [gpu]}));
+        assert!(implies(&term(json!({"matchExpressions": [zone, gpu]})), &p));
+        assert!(!implies(&term(json!({"matchExpressions": [zone]})), &p));
+        assert!(implies(&term(json!({})), &term(json!({}))));
     }
 }

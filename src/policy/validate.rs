@@ -116,7 +116,6 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
         Checks::All => cache_prep::canonical_for(w, cfg),
         Checks::RangesOnly => None,
     };
-    let init = w.spec.init_containers.as_deref().unwrap_or_default();
     for c in w.containers() {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
@@ -126,10 +125,9 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
                 Checks::RangesOnly => {}
                 Checks::All => {
                     let is_canonical = c.list == ContainerList::Init
-                        && canonical.as_ref().is_some_and(|canon| {
-                            init.get(c.index)
-                                .is_some_and(|existing| cache_prep::is_canonical(existing, canon))
-                        });
+                        && canonical
+                            .as_ref()
+                            .is_some_and(|canon| cache_prep::is_canonical_at(w, c.index, canon));
                     if is_canonical {
                         continue;
                     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodSpec, SecurityContext, VolumeMount};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::patch::FieldPath;
 
@@ -19,8 +19,9 @@ pub struct Workload<'a> {
     /// Whether the metadata object exists (a Job template may have none).
     pub has_metadata: bool,
     pub spec: &'a PodSpec,
-    /// The pod spec as received, for edits that must keep fields this code does not know.
-    pub raw_spec: &'a Value,
+    /// The init containers exactly as received (JSON), when one is named `model-cache-prep`:
+    /// judging it must see every field, including those this code's types do not know.
+    pub raw_init_containers: Option<&'a [Box<RawValue>]>,
     /// `metadata` or `spec.template.metadata`.
     pub meta_path: FieldPath,
     /// `spec` or `spec.template.spec`.

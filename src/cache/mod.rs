@@ -1,15 +1,22 @@
 //! Model caches: KServe's cache objects and the index that answers lookups (SPEC.md §5).
 //!
-//! The index is filled from files (`--caches`) and, in `serve`, from the cluster's watch. It is
-//! the only place a model URI is matched against caches.
+//! The index is filled from files (`--caches`) and, in `serve`, from the cluster's watch
+//! ([`watch`]; `review --from-cluster` lists once, [`cluster`]). It is the only place a model URI
+//! is matched against caches.
 
+pub mod cluster;
 pub mod index;
+pub mod metrics;
 pub mod objects;
 pub mod store;
+pub mod watch;
 
+pub use cluster::{ClusterCacheError, Kind};
 pub use index::{CacheEntry, CacheIndex, CacheMatch, CacheScope};
+pub use metrics::CacheMetrics;
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
 pub use store::{CacheStore, CacheView};
+pub use watch::{CacheSource, CacheWatch, CacheWatchConfig, ClusterCacheArgs, Readiness};
 
 use anyhow::{Context, bail};
 use serde_json::Value;

@@ -70,6 +70,15 @@ pub(crate) enum Converted {
     },
 }
 
+impl Converted {
+    pub(crate) fn insert_into(&self, index: &mut CacheIndex) {
+        match self {
+            Converted::Cache(entry) => index.upsert_cache(entry.clone()),
+            Converted::NodeGroup { name, terms } => index.upsert_node_group(name, terms.clone()),
+        }
+    }
+}
+
 /// The identity of an object within its kind: namespace (empty for cluster-scoped) and name.
 pub(crate) type ObjectKey = (String, String);
 
@@ -138,10 +147,7 @@ pub(crate) fn build_index<'a>(
 ) -> CacheIndex {
     let mut index = CacheIndex::new();
     for object in objects {
-        match object {
-            Converted::Cache(entry) => index.upsert_cache(entry.clone()),
-            Converted::NodeGroup { name, terms } => index.upsert_node_group(name, terms.clone()),
-        }
+        object.insert_into(&mut index);
     }
     index.merge(static_index);
     index

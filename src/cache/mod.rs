@@ -18,7 +18,7 @@ pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup
 pub use store::{CacheStore, CacheView};
 pub use watch::{CacheSource, CacheWatch, CacheWatchConfig, ClusterCacheArgs, Readiness};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
 use crate::documents::{Document, read_documents};
@@ -79,29 +79,20 @@ impl CacheIndex {
         if name.is_empty() {
             bail!("{kind} has no metadata.name");
         }
-        match kind {
-            "LocalModelCache" => {
-                let c: LocalModelCache = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelCache {name}"))?;
-                self.upsert_cache(CacheEntry::from(&c));
-            }
-            "LocalModelNamespaceCache" => {
-                let c: LocalModelNamespaceCache = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelNamespaceCache {name}"))?;
-                if c.metadata.namespace.as_deref().unwrap_or("").is_empty() {
-                    bail!("LocalModelNamespaceCache {name} has no metadata.namespace");
-                }
-                self.upsert_cache(CacheEntry::from(&c));
-            }
-            "LocalModelNodeGroup" => {
-                let g: LocalModelNodeGroup = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelNodeGroup {name}"))?;
-                self.upsert_node_group(name, node_group_terms(&g));
-            }
+        let kind = match kind {
+            "LocalModelCache" => Kind::Cache,
+            "LocalModelNamespaceCache" => Kind::NamespaceCache,
+            "LocalModelNodeGroup" => Kind::NodeGroup,
             other => bail!(
                 "expected LocalModelCache, LocalModelNamespaceCache or LocalModelNodeGroup, found kind `{other}`"
             ),
-        }
+        };
+        // The same conversion as for the cluster's objects, so files and cluster agree.
+        let object =
+            serde_json::from_value(value.clone()).with_context(|| format!("{kind} {name}"))?;
+        cluster::convert(kind, object)
+            .map_err(|why| anyhow!("{kind} {name}: {why}"))?
+            .insert_into(self);
         Ok(())
     }
 

@@ -354,9 +354,13 @@ async fn publish(
     ready: Arc<watch::Sender<bool>>,
     debounce: Duration,
 ) {
+    // A rebuild is linear in the number of objects (about 1 ms for 1 000, 0.35 s for 100 000):
+    // waiting at least four times as long as the last one took keeps a steady stream of events
+    // from occupying more than a fifth of a core.
+    let mut last_build = Duration::ZERO;
     loop {
         shared.dirty.notified().await;
-        tokio::time::sleep(debounce).await;
+        tokio::time::sleep(debounce.max(last_build.saturating_mul(4))).await;
         // Read before the snapshot: a kind's objects are in place before its flag is set.
         let synced = shared
             .kinds
@@ -369,12 +373,14 @@ async fn publish(
             .flat_map(|k| k.objects().values().cloned().collect::<Vec<_>>())
             .collect();
         let (statics, counters) = (static_index.clone(), metrics.lookup_counters());
+        let started = tokio::time::Instant::now();
         let built = tokio::task::spawn_blocking(move || {
             let mut index = build_index(&statics, snapshot.iter().map(|c| &**c));
             index.count_lookups(counters);
             index
         })
         .await;
+        last_build = started.elapsed();
         let Ok(index) = built else {
             continue;
         };

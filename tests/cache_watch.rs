@@ -138,11 +138,18 @@ fn metrics_text(metrics: &CacheMetrics) -> String {
     text
 }
 
-/// A fake server with a node group and a cluster cache, and a watch that has synced with it.
-async fn synced(config: CacheWatchConfig) -> (FakeApiServer, CacheWatch, CacheMetrics) {
-    let server = FakeApiServer::start(&ALL).await;
+/// A fake server with the CRDs of `installed`, the node group `workers` and the cluster cache
+/// `shared` for `hf://org/llama`.
+async fn seeded(installed: &[&str]) -> FakeApiServer {
+    let server = FakeApiServer::start(installed).await;
     server.apply(NODE_GROUPS, node_group());
     server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
+    server
+}
+
+/// A seeded fake server with every CRD, and a watch that has synced with it.
+async fn synced(config: CacheWatchConfig) -> (FakeApiServer, CacheWatch, CacheMetrics) {
+    let server = seeded(&ALL).await;
     let metrics = CacheMetrics::new();
     let watch = CacheWatch::spawn(server.client(), CacheIndex::new(), metrics.clone(), config);
     let readiness = watch.readiness();
@@ -315,9 +322,7 @@ async fn bookmarks_move_the_resource_version_so_a_reconnect_needs_no_relist() {
 
 #[tokio::test]
 async fn a_missing_crd_counts_as_empty_and_the_cache_appears_once_installed() {
-    let server = FakeApiServer::start(&[CACHES, NODE_GROUPS]).await;
-    server.apply(NODE_GROUPS, node_group());
-    server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
+    let server = seeded(&[CACHES, NODE_GROUPS]).await;
     let metrics = CacheMetrics::new();
     let started = Instant::now();
     let watch = CacheWatch::spawn(
@@ -376,9 +381,7 @@ async fn a_missing_crd_counts_as_empty_and_the_cache_appears_once_installed() {
 
 #[tokio::test]
 async fn not_ready_until_every_kind_has_listed() {
-    let server = FakeApiServer::start(&ALL).await;
-    server.apply(NODE_GROUPS, node_group());
-    server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
+    let server = seeded(&ALL).await;
     server.fail_lists(NODE_GROUPS, Some(500));
     let metrics = CacheMetrics::new();
     let watch = CacheWatch::spawn(
@@ -418,9 +421,7 @@ async fn not_ready_until_every_kind_has_listed() {
 
 #[tokio::test]
 async fn after_the_sync_timeout_ready_with_misses_and_a_warning_until_synced() {
-    let server = FakeApiServer::start(&ALL).await;
-    server.apply(NODE_GROUPS, node_group());
-    server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
+    let server = seeded(&ALL).await;
     server.fail_lists(NAMESPACE_CACHES, Some(403));
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
@@ -460,9 +461,7 @@ async fn after_the_sync_timeout_ready_with_misses_and_a_warning_until_synced() {
 
 #[tokio::test]
 async fn static_caches_are_merged_and_replace_cluster_objects_of_the_same_name() {
-    let server = FakeApiServer::start(&ALL).await;
-    server.apply(NODE_GROUPS, node_group());
-    server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
+    let server = seeded(&ALL).await;
     server.apply(
         CACHES,
         cluster_cache("cluster-only", "hf://org/cluster-only"),

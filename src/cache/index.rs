@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
+use super::metrics::{LookupCounters, LookupResult};
+
 /// Which scope a cache comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheScope {
@@ -124,6 +126,8 @@ pub struct CacheIndex {
     namespaces: HashMap<String, Scope>,
     cluster: Scope,
     node_groups: HashMap<String, Option<Vec<NodeSelectorTerm>>>,
+    /// Counts every lookup by result (the server's `modelgate_cache_lookups_total`).
+    counters: Option<LookupCounters>,
 }
 
 impl CacheIndex {
@@ -164,6 +168,22 @@ impl CacheIndex {
         self.node_groups.remove(name).is_some()
     }
 
+    /// Adds every cache and node group of `other`, replacing those of the same scope and name.
+    pub fn merge(&mut self, other: &CacheIndex) {
+        let scopes = other.namespaces.values().chain([&other.cluster]);
+        for entry in scopes.flat_map(|s| s.by_uri.values().flat_map(BTreeMap::values)) {
+            self.upsert_cache(CacheEntry::clone(entry));
+        }
+        for (name, terms) in &other.node_groups {
+            self.upsert_node_group(name, terms.clone());
+        }
+    }
+
+    /// From now on every [`lookup`](Self::lookup) is counted in `counters`.
+    pub fn count_lookups(&mut self, counters: LookupCounters) {
+        self.counters = Some(counters);
+    }
+
     /// Number of namespace caches, cluster caches and node groups.
     pub fn counts(&self) -> (usize, usize, usize) {
         let ns = self.namespaces.values().map(Scope::len).sum();
@@ -182,8 +202,15 @@ impl CacheIndex {
             .namespaces
             .get(namespace)
             .and_then(|s| s.lookup(model_uri, node_group))
-            .or_else(|| self.cluster.lookup(model_uri, node_group))?;
-        let (cache, node_group) = found;
+            .or_else(|| self.cluster.lookup(model_uri, node_group));
+        if let Some(counters) = &self.counters {
+            counters.record(match &found {
+                Some((c, _)) if c.scope == CacheScope::Cluster => LookupResult::Cluster,
+                Some(_) => LookupResult::Namespace,
+                None => LookupResult::Miss,
+            });
+        }
+        let (cache, node_group) = found?;
         let required_node_terms = self.node_groups.get(&node_group).cloned().flatten();
         Some(CacheMatch {
             cache,
@@ -339,6 +366,29 @@ mod tests {
         assert_eq!(hit(&idx, "t", "hf://b", None), None);
         assert_eq!(idx.counts(), (0, 0, 0));
         assert!(!idx.remove_cache(&ns("t"), "c"));
+    }
+
+    #[test]
+    fn merge_adds_and_overrides_by_scope_and_name() {
+        let mut idx = CacheIndex::new();
+        idx.upsert_cache(cache(ns("t"), "c", "hf://old", &["g"]));
+        idx.upsert_cache(cache(CacheScope::Cluster, "kept", "hf://kept", &["g"]));
+        idx.upsert_node_group("g", None);
+        let mut other = CacheIndex::new();
+        other.upsert_cache(cache(ns("t"), "c", "hf://new", &["g"]));
+        other.upsert_cache(cache(ns("u"), "c", "hf://u", &["g"]));
+        other.upsert_node_group("g", Some(vec![NodeSelectorTerm::default()]));
+        idx.merge(&other);
+        assert_eq!(idx.counts(), (2, 1, 1));
+        assert_eq!(hit(&idx, "t", "hf://old", None), None);
+        assert_eq!(hit(&idx, "t", "hf://new", None).unwrap().0, "t/c");
+        assert_eq!(hit(&idx, "u", "hf://u", None).unwrap().0, "u/c");
+        assert_eq!(hit(&idx, "x", "hf://kept", None).unwrap().0, "cluster/kept");
+        let m = idx.lookup("t", "hf://new", None).unwrap();
+        assert_eq!(
+            m.required_node_terms,
+            Some(vec![NodeSelectorTerm::default()])
+        );
     }
 
     #[test]

@@ -1,17 +1,24 @@
 //! Model caches: KServe's cache objects and the index that answers lookups (SPEC.md §5).
 //!
-//! The index is filled from files (`--caches`) and, in `serve`, from the cluster's watch. It is
-//! the only place a model URI is matched against caches.
+//! The index is filled from files (`--caches`) and, in `serve`, from the cluster's watch
+//! ([`watch`]; `review --from-cluster` lists once, [`cluster`]). It is the only place a model URI
+//! is matched against caches.
 
+pub mod cluster;
 pub mod index;
+pub mod metrics;
 pub mod objects;
 pub mod store;
+pub mod watch;
 
+pub use cluster::{ClusterCacheError, Kind};
 pub use index::{CacheEntry, CacheIndex, CacheMatch, CacheScope};
+pub use metrics::CacheMetrics;
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
 pub use store::{CacheStore, CacheView};
+pub use watch::{CacheSource, CacheWatch, CacheWatchConfig, ClusterCacheArgs, Readiness};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
 use crate::documents::{Document, read_documents};
@@ -72,29 +79,20 @@ impl CacheIndex {
         if name.is_empty() {
             bail!("{kind} has no metadata.name");
         }
-        match kind {
-            "LocalModelCache" => {
-                let c: LocalModelCache = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelCache {name}"))?;
-                self.upsert_cache(CacheEntry::from(&c));
-            }
-            "LocalModelNamespaceCache" => {
-                let c: LocalModelNamespaceCache = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelNamespaceCache {name}"))?;
-                if c.metadata.namespace.as_deref().unwrap_or("").is_empty() {
-                    bail!("LocalModelNamespaceCache {name} has no metadata.namespace");
-                }
-                self.upsert_cache(CacheEntry::from(&c));
-            }
-            "LocalModelNodeGroup" => {
-                let g: LocalModelNodeGroup = serde_json::from_value(value.clone())
-                    .with_context(|| format!("LocalModelNodeGroup {name}"))?;
-                self.upsert_node_group(name, node_group_terms(&g));
-            }
+        let kind = match kind {
+            "LocalModelCache" => Kind::Cache,
+            "LocalModelNamespaceCache" => Kind::NamespaceCache,
+            "LocalModelNodeGroup" => Kind::NodeGroup,
             other => bail!(
                 "expected LocalModelCache, LocalModelNamespaceCache or LocalModelNodeGroup, found kind `{other}`"
             ),
-        }
+        };
+        // The same conversion as for the cluster's objects, so files and cluster agree.
+        let object =
+            serde_json::from_value(value.clone()).with_context(|| format!("{kind} {name}"))?;
+        cluster::convert(kind, object)
+            .map_err(|why| anyhow!("{kind} {name}: {why}"))?
+            .insert_into(self);
         Ok(())
     }
 

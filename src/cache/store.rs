@@ -49,9 +49,13 @@ impl CacheStore {
     }
 
     pub fn view(&self) -> CacheView {
+        // The flag first: a source publishes the complete index before it sets the flag, so an
+        // index loaded after seeing `true` is at least that one. Loading the index first could
+        // pair an older, incomplete index with a flag set just after.
+        let synced = self.synced.load(Ordering::Acquire);
         CacheView {
             index: self.current.load_full(),
-            synced: self.synced.load(Ordering::Acquire),
+            synced,
         }
     }
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::EXIT_USAGE;
 use crate::admission::{self, Context, Decision, Request, Webhook};
-use crate::cache::CacheIndex;
+use crate::cache::{CacheIndex, cluster};
 use crate::config::PolicyConfig;
 use crate::documents::{Document, read_documents};
 use crate::policy::Caches;
@@ -53,6 +53,11 @@ pub struct ReviewArgs {
         value_delimiter = ','
     )]
     pub caches: Vec<PathBuf>,
+
+    /// Also load the cluster's cache objects once, with the current kubeconfig context
+    /// (--caches objects replace cluster objects of the same kind, namespace and name).
+    #[arg(long)]
+    pub from_cluster: bool,
 
     /// Namespace for objects that name none.
     #[arg(
@@ -98,13 +103,20 @@ pub struct Reviewed {
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let config = args.policy.clone().finalize();
-    let (index, skipped) = CacheIndex::load_files(&args.caches)?;
+    let (mut index, skipped) = CacheIndex::load_files(&args.caches)?;
     if !skipped.is_empty() {
         eprintln!(
             "note: --caches: skipped {} documents that are not cache objects: {}",
             skipped.len(),
             skipped.join(", ")
         );
+    }
+    if args.from_cluster {
+        let listed = cluster::list_once_blocking(&index)?;
+        for note in &listed.notes {
+            eprintln!("note: --from-cluster: {note}");
+        }
+        index = listed.index;
     }
     let ctx = Context {
         config: &config,

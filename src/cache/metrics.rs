@@ -1,0 +1,199 @@
+//! The cache's Prometheus metrics, registered by the server in its own registry.
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `modelgate_cache_objects` | `kind` | objects in the published index (watched plus `--caches`) |
+//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss` | index lookups, counted by the index itself |
+//! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
+//! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
+//!
+//! Lookups are counted inside [`CacheIndex::lookup`](super::CacheIndex::lookup) through the
+//! [`LookupCounters`] the cache source attaches to every index it publishes, so the server has
+//! nothing to call per admission. A lookup the pipeline skips because the caches are not synced
+//! yet is not a lookup and is not counted (its warning says so instead).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::CacheIndex;
+use super::cluster::Kind;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// Where a lookup was answered from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupResult {
+    Namespace,
+    Cluster,
+    Miss,
+}
+
+/// The three `modelgate_cache_lookups_total` series, resolved once so that counting a lookup is
+/// one atomic increment.
+#[derive(Clone, Debug)]
+pub struct LookupCounters {
+    namespace: Counter,
+    cluster: Counter,
+    miss: Counter,
+}
+
+impl LookupCounters {
+    pub fn record(&self, result: LookupResult) {
+        match result {
+            LookupResult::Namespace => self.namespace.inc(),
+            LookupResult::Cluster => self.cluster.inc(),
+            LookupResult::Miss => self.miss.inc(),
+        };
+    }
+}
+
+/// The cache metrics. Cloning shares the series.
+#[derive(Clone, Debug)]
+pub struct CacheMetrics {
+    objects: Family<KindLabel, Gauge>,
+    lookups: Family<ResultLabel, Counter>,
+    synced: Family<KindLabel, Gauge>,
+    watch_restarts: Family<KindLabel, Counter>,
+}
+
+impl Default for CacheMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CacheMetrics {
+    /// Every series exists from the start (at 0), so dashboards and alerts see them before the
+    /// first event.
+    pub fn new() -> Self {
+        let m = CacheMetrics {
+            objects: Family::default(),
+            lookups: Family::default(),
+            synced: Family::default(),
+            watch_restarts: Family::default(),
+        };
+        for kind in Kind::ALL {
+            let label = KindLabel { kind: kind.name() };
+            drop(m.objects.get_or_create(&label));
+            drop(m.synced.get_or_create(&label));
+            drop(m.watch_restarts.get_or_create(&label));
+        }
+        m.lookup_counters();
+        m
+    }
+
+    /// Adds the four families to the server's registry.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "modelgate_cache_objects",
+            "Model cache objects in the published index, by kind",
+            self.objects.clone(),
+        );
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "modelgate_cache_lookups",
+            "Model cache lookups, by the scope that answered (namespace, cluster) or miss",
+            self.lookups.clone(),
+        );
+        registry.register(
+            "modelgate_cache_synced",
+            "1 once the first list of the kind has arrived (or its CRD is not installed), else 0",
+            self.synced.clone(),
+        );
+        registry.register(
+            "modelgate_cache_watch_restarts",
+            "Restarts of the kind's list/watch after an error, and relists",
+            self.watch_restarts.clone(),
+        );
+    }
+
+    /// The handles [`CacheIndex::count_lookups`] takes.
+    pub fn lookup_counters(&self) -> LookupCounters {
+        let get = |result| self.lookups.get_or_create(&ResultLabel { result }).clone();
+        LookupCounters {
+            namespace: get("namespace"),
+            cluster: get("cluster"),
+            miss: get("miss"),
+        }
+    }
+
+    pub(crate) fn set_objects(&self, index: &CacheIndex) {
+        let (namespace, cluster, node_groups) = index.counts();
+        for (kind, n) in [
+            (Kind::NamespaceCache, namespace),
+            (Kind::Cache, cluster),
+            (Kind::NodeGroup, node_groups),
+        ] {
+            self.objects
+                .get_or_create(&KindLabel { kind: kind.name() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub(crate) fn set_synced(&self, kind: Kind, synced: bool) {
+        self.synced
+            .get_or_create(&KindLabel { kind: kind.name() })
+            .set(i64::from(synced));
+    }
+
+    pub(crate) fn watch_restarted(&self, kind: Kind) {
+        self.watch_restarts
+            .get_or_create(&KindLabel { kind: kind.name() })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheEntry, CacheScope};
+
+    #[test]
+    fn exposes_every_series_and_counts_lookups_in_the_index() {
+        let metrics = CacheMetrics::new();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+
+        let mut index = CacheIndex::new();
+        index.upsert_cache(CacheEntry {
+            scope: CacheScope::Namespace("team-a".into()),
+            name: "mine".into(),
+            source_model_uri: "hf://org/m".into(),
+            node_groups: vec!["workers".into()],
+        });
+        index.count_lookups(metrics.lookup_counters());
+        metrics.set_objects(&index);
+        metrics.set_synced(Kind::Cache, true);
+        metrics.watch_restarted(Kind::NodeGroup);
+        assert!(index.lookup("team-a", "hf://org/m", None).is_some());
+        assert!(index.lookup("team-b", "hf://org/m", None).is_none());
+        assert!(index.lookup("team-b", "hf://org/n", None).is_none());
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"modelgate_cache_objects{kind="LocalModelNamespaceCache"} 1"#,
+            r#"modelgate_cache_objects{kind="LocalModelCache"} 0"#,
+            r#"modelgate_cache_lookups_total{result="namespace"} 1"#,
+            r#"modelgate_cache_lookups_total{result="cluster"} 0"#,
+            r#"modelgate_cache_lookups_total{result="miss"} 2"#,
+            r#"modelgate_cache_synced{kind="LocalModelCache"} 1"#,
+            r#"modelgate_cache_synced{kind="LocalModelNodeGroup"} 0"#,
+            r#"modelgate_cache_watch_restarts_total{kind="LocalModelNodeGroup"} 1"#,
+            r#"modelgate_cache_watch_restarts_total{kind="LocalModelCache"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! A small fake of the Kubernetes API server for the cache-watch tests: plain HTTP on 127.0.0.1,
+//! speaking the list and watch protocol of custom resources the way the real server does.
+//!
+//! - `GET /apis/<group>/<version>/<plural>` (and `/namespaces/<ns>/<plural>`): a JSON list whose
+//!   `metadata.resourceVersion` is the server's current revision.
+//! - `?watch=true|1&resourceVersion=R`: newline-delimited `ADDED`/`MODIFIED`/`DELETED` events
+//!   after `R` (replayed from history, then live), `BOOKMARK`s when `allowWatchBookmarks=true`,
+//!   closed after `timeoutSeconds`. A resourceVersion older than the last compaction gets
+//!   `200` with an `ERROR` event carrying a `410` Status (as the real server does), or an HTTP
+//!   410 in [`FakeApiServer::set_http_410`] mode.
+//! - A resource whose CRD is not installed answers 404: a JSON `Status` when other resources of
+//!   the group exist, the plain `404 page not found` when none does.
+//!
+//! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
+//! history, make lists fail, and count requests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use serde_json::{Value, json};
+
+pub const GROUP: &str = "serving.kserve.io";
+pub const VERSION: &str = "v1alpha1";
+
+/// The three model-cache resources: plural, kind, namespaced.
+pub const CACHES: &str = "localmodelcaches";
+pub const NAMESPACE_CACHES: &str = "localmodelnamespacecaches";
+pub const NODE_GROUPS: &str = "localmodelnodegroups";
+const RESOURCES: [(&str, &str, bool); 3] = [
+    (CACHES, "LocalModelCache", false),
+    (NAMESPACE_CACHES, "LocalModelNamespaceCache", true),
+    (NODE_GROUPS, "LocalModelNodeGroup", false),
+];
+
+type Key = (String, String);
+
+struct Resource {
+    kind: &'static str,
+    namespaced: bool,
+    installed: bool,
+    objects: BTreeMap<Key, Value>,
+    /// (resourceVersion, event type, object) of every change, oldest first.
+    history: Vec<(u64, &'static str, Value)>,
+    /// Forced status for list requests (a failing list).
+    fail_lists: Option<u16>,
+}
+
+struct Watch {
+    plural: String,
+    namespace: Option<String>,
+    bookmarks: bool,
+    tx: mpsc::UnboundedSender<Bytes>,
+}
+
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub lists: usize,
+    pub watches: usize,
+}
+
+struct Inner {
+    revision: u64,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    compacted: u64,
+    http_410: bool,
+    /// Changes are not delivered to open watches (a stuck connection).
+    partitioned: bool,
+    resources: HashMap<String, Resource>,
+    watches: Vec<Watch>,
+    requests: usize,
+    counts: HashMap<String, Counts>,
+}
+
+#[derive(Clone)]
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut s = json!({"type": kind, "object": object}).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code,
+    })
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+impl FakeApiServer {
+    /// Starts the server with the CRDs of `installed` (plurals) installed.
+    pub async fn start(installed: &[&str]) -> Self {
+        let resources = RESOURCES
+            .iter()
+            .map(|&(plural, kind, namespaced)| {
+                let r = Resource {
+                    kind,
+                    namespaced,
+                    installed: installed.contains(&plural),
+                    objects: BTreeMap::new(),
+                    history: Vec::new(),
+                    fail_lists: None,
+                };
+                (plural.to_string(), r)
+            })
+            .collect();
+        let inner = Arc::new(Mutex::new(Inner {
+            revision: 1,
+            compacted: 0,
+            http_410: false,
+            partitioned: false,
+            resources,
+            watches: Vec::new(),
+            requests: 0,
+            counts: HashMap::new(),
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeApiServer { addr, inner }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A client of this server, as a kubeconfig pointing at it would give.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    pub fn install(&self, plural: &str) {
+        self.lock().resources.get_mut(plural).unwrap().installed = true;
+    }
+
+    /// Creates or replaces an object (`apiVersion` and `kind` are filled in); returns its new
+    /// resourceVersion.
+    pub fn apply(&self, plural: &str, mut object: Value) -> u64 {
+        let mut inner = self.lock();
+        inner.revision += 1;
+        let rv = inner.revision;
+        let r = inner.resources.get_mut(plural).unwrap();
+        assert!(r.installed, "{plural}: CRD not installed");
+        object["apiVersion"] = json!(format!("{GROUP}/{VERSION}"));
+        object["kind"] = json!(r.kind);
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let key = key_of(&object);
+        let kind = if r.objects.insert(key, object.clone()).is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        r.history.push((rv, kind, object.clone()));
+        inner.broadcast(plural, kind, &object);
+        rv
+    }
+
+    pub fn delete(&self, plural: &str, namespace: Option<&str>, name: &str) {
+        let mut inner = self.lock();
+        inner.revision += 1;
+        let rv = inner.revision;
+        let r = inner.resources.get_mut(plural).unwrap();
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        let mut object = r.objects.remove(&key).expect("no such object");
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        r.history.push((rv, "DELETED", object.clone()));
+        inner.broadcast(plural, "DELETED", &object);
+    }
+
+    /// Ends every open watch cleanly, as a restarting API server or a load balancer does.
+    pub fn drop_watches(&self) -> usize {
+        let mut inner = self.lock();
+        let n = inner.watches.len();
+        inner.watches.clear();
+        n
+    }
+
+    /// Forgets the history up to now: a watch from an older resourceVersion gets 410 Gone.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        inner.compacted = inner.revision;
+        for r in inner.resources.values_mut() {
+            r.history.clear();
+        }
+    }
+
+    /// Sends every open watch an `ERROR` event with a 410 Status, then closes it.
+    pub fn expire_watches(&self) {
+        let mut inner = self.lock();
+        let gone = status(410, "Expired", "too old resource version");
+        for w in inner.watches.drain(..) {
+            let _ = w.tx.unbounded_send(line("ERROR", &gone));
+        }
+    }
+
+    /// While partitioned, open watches receive no events (they stay open, as a stuck
+    /// connection does); the events are lost to them, not queued.
+    pub fn set_partitioned(&self, on: bool) {
+        self.lock().partitioned = on;
+    }
+
+    /// Answer a stale watch with HTTP 410 instead of a 200 carrying an ERROR event.
+    pub fn set_http_410(&self, on: bool) {
+        self.lock().http_410 = on;
+    }
+
+    /// Makes list requests of `plural` fail with `code` (or succeed again with `None`).
+    pub fn fail_lists(&self, plural: &str, code: Option<u16>) {
+        self.lock().resources.get_mut(plural).unwrap().fail_lists = code;
+    }
+
+    /// Sends a BOOKMARK at the current revision to every watch that allowed them.
+    pub fn send_bookmarks(&self) {
+        let mut inner = self.lock();
+        let rv = inner.revision.to_string();
+        let mut kinds = HashMap::new();
+        for (plural, r) in &inner.resources {
+            kinds.insert(plural.clone(), r.kind);
+        }
+        inner.watches.retain(|w| {
+            if !w.bookmarks {
+                return true;
+            }
+            let bookmark = json!({
+                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": kinds[&w.plural],
+                "metadata": {"resourceVersion": rv},
+            });
+            w.tx.unbounded_send(line("BOOKMARK", &bookmark)).is_ok()
+        });
+    }
+
+    /// All requests served so far.
+    pub fn requests(&self) -> usize {
+        self.lock().requests
+    }
+
+    pub fn counts(&self, plural: &str) -> Counts {
+        self.lock().counts.get(plural).copied().unwrap_or_default()
+    }
+
+    /// Watches of `plural` currently open.
+    pub fn open_watches(&self, plural: &str) -> usize {
+        let mut inner = self.lock();
+        inner.watches.retain(|w| !w.tx.is_closed());
+        inner.watches.iter().filter(|w| w.plural == plural).count()
+    }
+}
+
+fn key_of(object: &Value) -> Key {
+    let get = |k: &str| {
+        object["metadata"][k]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    (get("namespace"), get("name"))
+}
+
+impl Inner {
+    fn broadcast(&mut self, plural: &str, kind: &'static str, object: &Value) {
+        if self.partitioned {
+            return;
+        }
+        let ns = object["metadata"]["namespace"].as_str();
+        self.watches.retain(|w| {
+            if w.plural != plural || (w.namespace.is_some() && w.namespace.as_deref() != ns) {
+                return !w.tx.is_closed();
+            }
+            w.tx.unbounded_send(line(kind, object)).is_ok()
+        });
+    }
+}
+
+/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` → (namespace, plural).
+fn parse_path(path: &str) -> Option<(Option<String>, String)> {
+    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/"))?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        [plural] => Some((None, plural.to_string())),
+        ["namespaces", ns, plural] => Some((Some(ns.to_string()), plural.to_string())),
+        _ => None,
+    }
+}
+
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let mut guard = inner.lock().unwrap();
+    let inner = &mut *guard;
+    inner.requests += 1;
+    let not_found = |inner: &Inner| {
+        if inner.resources.values().any(|r| r.installed) {
+            json_response(
+                404,
+                &status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ),
+            )
+        } else {
+            (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+        }
+    };
+    let Some((namespace, plural)) = parse_path(uri.path()) else {
+        return not_found(inner);
+    };
+    if method != Method::GET {
+        return json_response(405, &status(405, "MethodNotAllowed", "read-only fake"));
+    }
+    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let counts = inner.counts.entry(plural.clone()).or_default();
+    if watch {
+        counts.watches += 1;
+    } else {
+        counts.lists += 1;
+    }
+    let revision = inner.revision;
+    let (compacted, http_410) = (inner.compacted, inner.http_410);
+    let Some(r) = inner.resources.get(&plural).filter(|r| r.installed) else {
+        return not_found(inner);
+    };
+    if namespace.is_some() && !r.namespaced {
+        return not_found(inner);
+    }
+    let in_scope = |o: &Value| {
+        namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace.as_deref()
+    };
+    if !watch {
+        if let Some(code) = r.fail_lists {
+            return json_response(code, &status(code, "InternalError", "list failed (fake)"));
+        }
+        let items: Vec<&Value> = r.objects.values().filter(|o| in_scope(o)).collect();
+        return json_response(
+            200,
+            &json!({
+                "apiVersion": format!("{GROUP}/{VERSION}"),
+                "kind": format!("{}List", r.kind),
+                "metadata": {"resourceVersion": revision.to_string()},
+                "items": items,
+            }),
+        );
+    }
+
+    let from = query.get("resourceVersion").map(String::as_str);
+    let (tx, rx) = mpsc::unbounded::<Bytes>();
+    match from.unwrap_or("") {
+        // "Any": the current objects as ADDED, then live.
+        "" | "0" => {
+            for o in r.objects.values().filter(|o| in_scope(o)) {
+                let _ = tx.unbounded_send(line("ADDED", o));
+            }
+        }
+        rv => {
+            let Ok(rv) = rv.parse::<u64>() else {
+                return json_response(400, &status(400, "BadRequest", "bad resourceVersion"));
+            };
+            if rv < compacted {
+                let message = format!("too old resource version: {rv} ({compacted})");
+                if http_410 {
+                    return json_response(410, &status(410, "Gone", &message));
+                }
+                let _ = tx.unbounded_send(line("ERROR", &status(410, "Expired", &message)));
+                drop(tx);
+                return stream_response(rx, None);
+            }
+            for (_, kind, o) in r.history.iter().filter(|(v, _, o)| *v > rv && in_scope(o)) {
+                let _ = tx.unbounded_send(line(kind, o));
+            }
+        }
+    }
+    let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
+    inner.watches.push(Watch {
+        plural,
+        namespace,
+        bookmarks,
+        tx,
+    });
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    stream_response(rx, timeout)
+}
+
+fn stream_response(rx: mpsc::UnboundedReceiver<Bytes>, timeout: Option<Duration>) -> Response {
+    let events = rx.map(Ok::<_, Infallible>);
+    let body = match timeout {
+        Some(t) => Body::from_stream(events.take_until(tokio::time::sleep(t))),
+        None => Body::from_stream(events),
+    };
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap()
+}

@@ -38,11 +38,13 @@ pub enum PrepMode {
 #[command(next_help_heading = "Policy (SPEC.md §2)")]
 pub struct PolicyConfig {
     /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
-    #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", value_parser = parse_uid_or_none)]
+    #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", allow_negative_numbers = true,
+          value_parser = parse_uid_or_none)]
     pub run_as_user: IdSetting,
 
     /// gid set alongside runAsUser; `none` never sets one.
-    #[arg(long, env = "MODELGATE_RUN_AS_GROUP", default_value = "1000", value_parser = parse_gid_or_none)]
+    #[arg(long, env = "MODELGATE_RUN_AS_GROUP", default_value = "1000", allow_negative_numbers = true,
+          value_parser = parse_gid_or_none)]
     pub run_as_group: IdSetting,
 
     /// fsGroup given to a pod that mounts the model cache and has none; 0 or less never sets one.

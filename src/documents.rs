@@ -13,10 +13,10 @@ pub struct Document {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DocumentError {
-    #[error("{origin}: not valid JSON: {source}")]
+    #[error("{origin}: not valid JSON: {error}")]
     Json {
         origin: String,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("{origin}: not valid YAML: {message}")]
     Yaml { origin: String, message: String },
@@ -34,15 +34,34 @@ pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, Documen
         serde_json::Deserializer::from_str(trimmed)
             .into_iter::<Value>()
             .collect::<Result<_, _>>()
-            .map_err(|source| DocumentError::Json {
+            .map_err(|error| DocumentError::Json {
                 origin: origin.to_string(),
-                source,
+                error,
             })?
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| DocumentError::Yaml {
-            origin: origin.to_string(),
-            message: one_line(&e.to_string()),
-        })?
+        let mut values = Vec::new();
+        for (index, (first_line, doc)) in split_yaml(text).into_iter().enumerate() {
+            let parsed: Option<Value> =
+                serde_saphyr::from_str(&doc).map_err(|e| DocumentError::Yaml {
+                    origin: format!("{origin}#{}", index + 1),
+                    message: {
+                        let text = one_line(&e.without_snippet().to_string());
+                        match e.location() {
+                            // The parser counts lines from the document's start; name the file's line.
+                            Some(at) => {
+                                let what = text
+                                    .rfind(" at line ")
+                                    .map_or(text.as_str(), |i| &text[..i]);
+                                let line = first_line + at.line() as usize - 1;
+                                format!("line {line}, column {}: {what}", at.column())
+                            }
+                            None => text,
+                        }
+                    },
+                })?;
+            values.extend(parsed);
+        }
+        values
     };
     let raw: Vec<Value> = raw.into_iter().filter(|v| !v.is_null()).collect();
     let several = raw.len() > 1;
@@ -85,6 +104,34 @@ pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, Documen
         }
     }
     Ok(out)
+}
+
+/// Splits a YAML stream at its `---` document markers, as kubectl does, keeping for each
+/// document the file line it starts on, so errors name the document and the line.
+fn split_yaml(text: &str) -> Vec<(usize, String)> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut start = 1;
+    for (i, line) in text.lines().enumerate() {
+        let marker = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
+        if marker {
+            if !current.trim().is_empty() {
+                docs.push((start, std::mem::take(&mut current)));
+            }
+            current.clear();
+            start = i + 1;
+            // Content after the marker on the same line (`--- {a: 1}`) belongs to the document.
+            current.push_str(&line[3..]);
+            current.push('\n');
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    if !current.trim().is_empty() {
+        docs.push((start, current));
+    }
+    docs
 }
 
 fn one_line(s: &str) -> String {
@@ -134,7 +181,18 @@ mod tests {
         let e = read_documents("bad.yaml", "a: [1, 2\n")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("bad.yaml: not valid YAML"), "{e}");
+        assert!(
+            e.starts_with("bad.yaml#1: not valid YAML: line 1, column 4: "),
+            "{e}"
+        );
+        let e = read_documents("bad.yaml", "a: 1\n---\nb: 2\n---\nc: [\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("bad.yaml#3: not valid YAML: line 5, column 4: "),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
         let e = read_documents("s.yaml", "- 1\n- 2\n")
             .unwrap_err()
             .to_string();

@@ -1036,3 +1036,81 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
     assert_eq!(patches[1][0]["path"], "/spec/securityContext/runAsNonRoot");
     assert_eq!(patches[1][0]["value"], true);
 }
+
+#[test]
+fn hand_written_reviews_missing_api_server_fields_still_run() {
+    // gatekeeper's UPDATE samples carry only the operation and the object.
+    let text = "kind: AdmissionReview\napiVersion: admission.k8s.io/v1beta1\nrequest:\n  operation: UPDATE\n  object:\n    apiVersion: v1\n    kind: Pod\n    metadata: {name: p}\n    spec:\n      containers:\n      - {name: c, image: x, securityContext: {runAsUser: 0}}\n";
+    let run = modelgate_env(&["review", "-", "-o", "review"], &[], Some(text));
+    assert_exit(&run, 0);
+    let out = &run.json_lines()[0];
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(out["response"]["allowed"], true);
+    assert!(
+        out["response"].get("patch").is_none(),
+        "UPDATE is never patched"
+    );
+}
+
+#[test]
+fn negative_ids_as_separate_words_name_the_flag() {
+    for flag in ["--run-as-user", "--run-as-group"] {
+        let run = modelgate(&["review", flag, "-1", "-"]);
+        assert_exit(&run, 2);
+        assert!(
+            run.stderr.contains(flag) && run.stderr.contains("2147483647"),
+            "{}",
+            run.stderr
+        );
+        assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    }
+}
+
+#[test]
+fn yaml_errors_name_the_document_and_the_file_line() {
+    let run = modelgate_env(
+        &["review", "-"],
+        &[],
+        Some("apiVersion: v1\nkind: Pod\n---\nkind: [\n"),
+    );
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr
+            .contains("stdin#2: not valid YAML: line 4, column"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
+}
+
+#[test]
+fn a_reader_that_leaves_early_does_not_turn_into_an_error() {
+    // Two objects, the second denied; stdout is closed before anything is written.
+    let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: x, securityContext: {runAsUser: 0}}]}\n";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_modelgate"))
+        .args(["review", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

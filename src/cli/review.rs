@@ -149,10 +149,20 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         requests.push((doc.origin, request));
     }
     let mut all_allowed = true;
+    let mut reader_gone = false;
     for (origin, review_value) in requests {
         let r = review_one(origin, review_value, args.webhook, &ctx)?;
         all_allowed &= r.decision.allowed;
-        write_output(out, args.output, &r)?;
+        if reader_gone {
+            continue;
+        }
+        if let Err(e) = write_output(out, args.output, &r) {
+            // `review … | head`: the reader left; the exit code still reports the decisions.
+            match e.downcast_ref::<std::io::Error>() {
+                Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => reader_gone = true,
+                _ => return Err(e),
+            }
+        }
     }
     Ok(all_allowed)
 }
@@ -163,7 +173,9 @@ fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
     let v = &doc.value;
     let kind = v.get("kind");
     if kind.and_then(Value::as_str) == Some("AdmissionReview") {
-        return Ok(v.clone());
+        let mut review = v.clone();
+        complete_request(&mut review, &doc.origin);
+        return Ok(review);
     }
     if kind.is_some_and(Value::is_object) && v.get("uid").is_some() && v.get("operation").is_some()
     {
@@ -202,6 +214,40 @@ fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
             "dryRun": true,
         }
     }))
+}
+
+/// Hand-written AdmissionReviews (gatekeeper's samples) often carry only the operation and the
+/// object. Offline, the fields the API server always sets are derived from the object, so the
+/// review still runs; a field that is present is never changed.
+fn complete_request(review: &mut Value, origin: &str) {
+    let Some(req) = review.get_mut("request").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let object = req.get("object").cloned().unwrap_or(Value::Null);
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let defaults = [
+        ("uid", json!(format!("modelgate-review-{origin}"))),
+        (
+            "kind",
+            json!({"group": group, "version": version, "kind": kind}),
+        ),
+        (
+            "resource",
+            json!({"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())}),
+        ),
+        ("userInfo", json!({"username": "modelgate-review"})),
+    ];
+    for (key, value) in defaults {
+        req.entry(key).or_insert(value);
+    }
+    if let Some(ns) = object.pointer("/metadata/namespace").cloned() {
+        req.entry("namespace").or_insert(ns);
+    }
 }
 
 fn review_one(

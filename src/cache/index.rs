@@ -44,7 +44,7 @@ pub struct CacheMatch {
     pub cache: Arc<CacheEntry>,
     pub node_group: String,
     /// `persistentVolumeSpec.nodeAffinity.required.nodeSelectorTerms` of that node group, if any.
-    pub required_node_terms: Option<Vec<NodeSelectorTerm>>,
+    pub required_node_terms: Option<Arc<[NodeSelectorTerm]>>,
 }
 
 /// Strips one trailing `/`, as matching requires for both URIs.
@@ -125,7 +125,7 @@ fn prefixes_longest_first(uri: &str) -> impl Iterator<Item = &str> {
 pub struct CacheIndex {
     namespaces: HashMap<String, Scope>,
     cluster: Scope,
-    node_groups: HashMap<String, Option<Vec<NodeSelectorTerm>>>,
+    node_groups: HashMap<String, Option<Arc<[NodeSelectorTerm]>>>,
     /// Counts every lookup by result (the server's `modelgate_cache_lookups_total`).
     counters: Option<LookupCounters>,
 }
@@ -161,7 +161,8 @@ impl CacheIndex {
     }
 
     pub fn upsert_node_group(&mut self, name: &str, required_terms: Option<Vec<NodeSelectorTerm>>) {
-        self.node_groups.insert(name.to_string(), required_terms);
+        self.node_groups
+            .insert(name.to_string(), required_terms.map(Arc::from));
     }
 
     pub fn remove_node_group(&mut self, name: &str) -> bool {
@@ -175,7 +176,7 @@ impl CacheIndex {
             self.upsert_cache(CacheEntry::clone(entry));
         }
         for (name, terms) in &other.node_groups {
-            self.upsert_node_group(name, terms.clone());
+            self.node_groups.insert(name.to_string(), terms.clone());
         }
     }
 
@@ -387,7 +388,7 @@ mod tests {
         let m = idx.lookup("t", "hf://new", None).unwrap();
         assert_eq!(
             m.required_node_terms,
-            Some(vec![NodeSelectorTerm::default()])
+            Some(Arc::from(vec![NodeSelectorTerm::default()]))
         );
     }
 
@@ -398,6 +399,6 @@ mod tests {
         let term = NodeSelectorTerm::default();
         idx.upsert_node_group("workers", Some(vec![term.clone()]));
         let m = idx.lookup("x", "hf://m", None).unwrap();
-        assert_eq!(m.required_node_terms, Some(vec![term]));
+        assert_eq!(m.required_node_terms, Some(Arc::from(vec![term])));
     }
 }

@@ -152,6 +152,22 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
+    let (index, skipped) = CacheIndex::load_files(&args.caches).map_err(StartError::Usage)?;
+    if !skipped.is_empty() {
+        tracing::info!(
+            skipped = skipped.len(),
+            "--caches: skipped documents that are not cache objects: {}",
+            skipped.join(", ")
+        );
+    }
+    let (caches, namespace_caches, node_groups) = index.counts();
+    tracing::info!(
+        caches,
+        namespace_caches,
+        node_groups,
+        files = args.caches.len(),
+        "model caches loaded from files"
+    );
     let (tls, dev) = match (args.tls_cert.clone(), args.tls_key.clone()) {
         (Some(cert), Some(key)) => (
             TlsFiles {
@@ -181,22 +197,6 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             )
         }
     };
-    let (index, skipped) = CacheIndex::load_files(&args.caches).map_err(StartError::Usage)?;
-    if !skipped.is_empty() {
-        tracing::info!(
-            skipped = skipped.len(),
-            "--caches: skipped documents that are not cache objects: {}",
-            skipped.join(", ")
-        );
-    }
-    let (caches, namespace_caches, node_groups) = index.counts();
-    tracing::info!(
-        caches,
-        namespace_caches,
-        node_groups,
-        files = args.caches.len(),
-        "model caches loaded from files"
-    );
     // Static caches are synced from the start. The cluster watch (when present) feeds the
     // same store and decides readiness through `is_synced()`.
     let store = Arc::new(CacheStore::fixed(index));

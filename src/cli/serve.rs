@@ -15,6 +15,7 @@ use super::certs;
 use crate::cache::{CacheIndex, CacheStore};
 use crate::config::PolicyConfig;
 use crate::server::deadline::parse_duration;
+use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
 use crate::server::{ServeOptions, Server};
@@ -197,9 +198,10 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             )
         }
     };
-    // Static caches are synced from the start. The cluster watch (when present) feeds the
-    // same store and decides readiness through `is_synced()`.
+    // Static caches are synced from the start. A cluster cache source brings its own store and
+    // readiness check instead, and registers its metrics through `Metrics::registry_mut()`.
     let store = Arc::new(CacheStore::fixed(index));
+    let synced = store.clone();
     let options = ServeOptions {
         listen: args.listen,
         probe_listen: args.probe_listen,
@@ -209,6 +211,8 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         header_read_timeout: args.header_read_timeout,
         config: args.policy.clone().finalize(),
         store,
+        caches_ready: Box::new(move || synced.is_synced()),
+        metrics: Metrics::new(),
     };
     let server = Server::bind(options).await.map_err(StartError::Runtime)?;
     if let Some(made) = dev {

@@ -91,41 +91,41 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("modelgate");
+        let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
-            "admission_requests",
+            "modelgate_admission_requests",
             "AdmissionReviews answered by the pipeline (HTTP 200 and 400)",
             requests.clone(),
         );
         let duration: Family<DurationLabels, Histogram> =
             Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS));
         registry.register(
-            "admission_duration_seconds",
+            "modelgate_admission_duration_seconds",
             "Time from the request's arrival to its answer, body reading included",
             duration.clone(),
         );
         let errors = Family::<ReasonLabels, Counter>::default();
         registry.register(
-            "admission_errors",
+            "modelgate_admission_errors",
             "Admission requests that could not be reviewed, by reason",
             errors.clone(),
         );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
-            "tls_reloads",
+            "modelgate_tls_reloads",
             "Loads of the serving certificate pair (the first one included), by result",
             tls_reloads.clone(),
         );
         let cert_expiry = Gauge::default();
         registry.register(
-            "tls_certificate_expiry_timestamp_seconds",
+            "modelgate_tls_certificate_expiry_timestamp_seconds",
             "notAfter of the serving certificate in use, as a Unix timestamp",
             cert_expiry.clone(),
         );
         let inflight = Gauge::default();
         registry.register(
-            "inflight_requests",
+            "modelgate_inflight_requests",
             "Admission requests being handled",
             inflight.clone(),
         );
@@ -196,6 +196,12 @@ impl Metrics {
     pub fn inflight(&self) -> InflightGuard {
         self.inflight.inc();
         InflightGuard(self.inflight.clone())
+    }
+
+    /// The registry, for other parts of the program to add their metrics (full names, with the
+    /// `modelgate_` prefix) before the server starts.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 
     /// The exposition text (OpenMetrics).

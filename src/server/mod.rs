@@ -55,14 +55,23 @@ pub struct ServeOptions {
     /// Time a client has to send a request's headers (HTTP/1.1) or finish the TLS handshake.
     pub header_read_timeout: Duration,
     pub config: PolicyConfig,
-    /// The model caches; readiness waits for `is_synced()`.
+    /// The model caches the admissions read.
     pub store: Arc<CacheStore>,
+    /// Whether the cache source lets `/readyz` say ready (for static caches and the plain
+    /// store: `store.is_synced()`).
+    pub caches_ready: CachesReady,
+    /// The metrics; other parts of the program may have registered theirs already.
+    pub metrics: Metrics,
 }
+
+/// Asked by every `/readyz`: must be cheap.
+pub type CachesReady = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// State shared by the handlers.
 struct AppState {
     config: PolicyConfig,
     store: Arc<CacheStore>,
+    caches_ready: CachesReady,
     metrics: Arc<Metrics>,
     tls: Arc<TlsReloader>,
     draining: AtomicBool,
@@ -79,7 +88,7 @@ impl AppState {
         if !self.tls.is_loaded() {
             reasons.push("TLS certificate not loaded");
         }
-        if !self.store.is_synced() {
+        if !(self.caches_ready)() {
             reasons.push("model caches not synced");
         }
         reasons
@@ -99,7 +108,7 @@ impl Server {
     /// Loads the certificate (a failure is logged; `/readyz` stays 503 until a good pair
     /// appears) and binds both listeners.
     pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(options.metrics);
         let reloader = Arc::new(TlsReloader::new(options.tls));
         reloader.reload_and_report(&metrics);
         let webhook = TcpListener::bind(options.listen)
@@ -112,6 +121,7 @@ impl Server {
             state: Arc::new(AppState {
                 config: options.config,
                 store: options.store,
+                caches_ready: options.caches_ready,
                 metrics,
                 tls: reloader,
                 draining: AtomicBool::new(false),

@@ -242,7 +242,12 @@ fn bad_flags_exit_2_with_one_line() {
         vec!["serve", "--dev", "--max-body-bytes=0"],
         vec!["serve", "--tls-cert=/x"],
     ] {
-        let out = Command::new(bin()).args(&args).output().unwrap();
+        let out = Command::new(bin())
+            .args(&args)
+            .env("MODELGATE_DEV", "false")
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");

@@ -392,3 +392,30 @@ async fn not_ready_until_a_certificate_loads() {
         .unwrap();
     check_answer("/validate", &review, &a);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_and_1_3_clients_are_served() {
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der_of(pki.ca.cert_pem()).into()).unwrap();
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let mut conn = connect(server.webhook, Arc::new(config), Proto::H2)
+            .await
+            .unwrap_or_else(|e| panic!("{version:?}: {e}"));
+        let review = pod_review("versions");
+        let a = conn
+            .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+            .await
+            .unwrap();
+        check_answer("/mutate", &review, &a);
+    }
+}

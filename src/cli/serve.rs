@@ -40,12 +40,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MODELGATE_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
     pub probe_listen: SocketAddr,
 
-    /// Serving certificate (PEM, leaf first); reloaded when it changes.
+    /// Serving certificate (PEM, leaf first); reloaded when it changes. Required unless --dev.
     #[arg(
         long,
         env = "MODELGATE_TLS_CERT",
         value_name = "FILE",
-        required_unless_present = "dev",
         requires = "tls_key"
     )]
     pub tls_cert: Option<PathBuf>,
@@ -55,7 +54,6 @@ pub struct ServeArgs {
         long,
         env = "MODELGATE_TLS_KEY",
         value_name = "FILE",
-        required_unless_present = "dev",
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
@@ -93,7 +91,8 @@ pub struct ServeArgs {
 
     /// Development mode: without --tls-cert/--tls-key, make (or reuse) a CA and a certificate for
     /// localhost in --certs-dir, and print a curl command that sends a sample review.
-    #[arg(long, env = "MODELGATE_DEV")]
+    #[arg(long, env = "MODELGATE_DEV", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub dev: bool,
 
     /// Where --dev keeps its certificates.
@@ -142,13 +141,17 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         Err(StartError::Runtime(e)) => {
             tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
 async fn serve(args: ServeArgs) -> Result<(), StartError> {
+    if !args.dev && (args.tls_cert.is_none() || args.tls_key.is_none()) {
+        return Err(StartError::Usage(anyhow::anyhow!(
+            "--tls-cert and --tls-key are required (or --dev, to make a development certificate)"
+        )));
+    }
     // Before anything listens, so an early SIGTERM is handled, not fatal.
     let signals = Signals::install()
         .context("cannot install signal handlers")

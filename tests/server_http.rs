@@ -229,40 +229,92 @@ async fn slow_clients_are_disconnected() {
     args.push("--header-read-timeout=300ms".into());
     let server = ServerProcess::start(&args);
 
-    // Half a request line and then nothing (slowloris): the server hangs up.
-    let config = client_config(pki.ca.cert_pem(), Proto::H1, None);
-    let tcp = tokio::net::TcpStream::connect(server.webhook)
-        .await
-        .unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(config)
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
-    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    let started = Instant::now();
-    let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
-    assert!(read.is_ok(), "the connection was not closed");
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // After the TLS handshake: half a request's headers, part of the h2 preface, or nothing at
+    // all (slowloris), with and without ALPN. The server hangs up on each.
+    let no_alpn = {
+        let mut c = (*client_config(pki.ca.cert_pem(), Proto::H1, None)).clone();
+        c.alpn_protocols.clear();
+        std::sync::Arc::new(c)
+    };
+    let cases: [(&str, _, &[u8]); 5] = [
+        (
+            "h1 headers",
+            client_config(pki.ca.cert_pem(), Proto::H1, None),
+            b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n",
+        ),
+        (
+            "h1 nothing",
+            client_config(pki.ca.cert_pem(), Proto::H1, None),
+            b"",
+        ),
+        (
+            "h2 preface",
+            client_config(pki.ca.cert_pem(), Proto::H2, None),
+            b"PRI * HTTP/2.0\r\n",
+        ),
+        (
+            "h2 nothing",
+            client_config(pki.ca.cert_pem(), Proto::H2, None),
+            b"",
+        ),
+        ("no ALPN, nothing", no_alpn, b""),
+    ];
+    // All at once: each must be closed about one timeout after it went quiet.
+    let mut tasks = Vec::new();
+    for (what, config, sent) in cases {
+        let addr = server.webhook;
+        tasks.push(tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(config)
+                .connect("localhost".try_into().unwrap(), tcp)
+                .await
+                .unwrap();
+            tls.write_all(sent).await.unwrap();
+            tls.flush().await.unwrap();
+            let started = Instant::now();
+            let mut buf = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
+            assert!(read.is_ok(), "{what}: the connection was not closed");
+            assert!(started.elapsed() < Duration::from_secs(2), "{what}");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
 
     // A TCP connection that never starts TLS is closed too.
     let mut tcp = tokio::net::TcpStream::connect(server.webhook)
         .await
         .unwrap();
+    let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "the silent connection was not closed");
 
-    // Meanwhile, prompt clients are served.
+    // Meanwhile, prompt clients are served, and an h2 connection that has made a request
+    // stays open while idle (the API server keeps its connections).
+    let review = pod_review("prompt");
+    let body = serde_json::to_vec(&review).unwrap();
     let config = client_config(pki.ca.cert_pem(), Proto::H1, None);
     let mut conn = connect(server.webhook, config, Proto::H1).await.unwrap();
-    let review = pod_review("prompt");
-    let a = conn
-        .post_json("/mutate", serde_json::to_vec(&review).unwrap())
-        .await
-        .unwrap();
-    check_answer("/mutate", &review, &a);
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body.clone()).await.unwrap(),
+    );
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body.clone()).await.unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body).await.unwrap(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

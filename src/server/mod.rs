@@ -213,6 +213,10 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
+    // The protocol is the one ALPN agreed on; sniffing the first bytes is only the fallback for
+    // a client that offered no ALPN.
+    let h1 = http.clone().http1_only();
+    let h2 = http.clone().http2_only();
     let graceful = GracefulShutdown::new();
     loop {
         let stopped = async {
@@ -236,8 +240,17 @@ async fn accept_loop(
             continue;
         };
         let acceptor = TlsAcceptor::from(config);
-        let http = http.clone();
-        let service = TowerToHyperService::new(app.clone());
+        let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
+        // Set by the first request, so that a connection that never sends one is dropped.
+        let requested = Arc::new(AtomicBool::new(false));
+        let service = {
+            let requested = requested.clone();
+            let router = TowerToHyperService::new(app.clone());
+            hyper::service::service_fn(move |req| {
+                requested.store(true, Ordering::Relaxed);
+                hyper::service::Service::call(&router, req)
+            })
+        };
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(header_read_timeout, acceptor.accept(tcp)).await
@@ -256,9 +269,28 @@ async fn accept_loop(
                     return;
                 }
             };
-            let conn = http.serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let http = match stream.get_ref().1.alpn_protocol() {
+                Some(b"h2") => h2,
+                Some(b"http/1.1") => h1,
+                _ => http,
+            };
+            let conn = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+            // hyper's header timeout covers HTTP/1.1 requests once they start; this covers a
+            // client that completes the handshake and then sends no complete first request
+            // (nothing, part of the h2 preface, part of the first headers).
+            let no_request = async {
+                tokio::time::sleep(header_read_timeout).await;
+                if requested.load(Ordering::Relaxed) {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                result = conn => if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                () = no_request => {
+                    tracing::debug!(%peer, "connection closed: no request within the header read timeout");
+                }
             }
         });
     }

@@ -120,6 +120,8 @@ async fn bad_requests_get_4xx_and_the_server_stays_up() {
             .unwrap();
         assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{a:?}");
         assert_eq!(a.json()["code"], 413);
+        let message = a.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains("limit of 65536 bytes"), "{message}");
         let mut conn = fresh().await;
         let (mut tx, body) = http_body_util::channel::Channel::<Bytes>::new(4);
         let req = conn

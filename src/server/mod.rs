@@ -396,13 +396,18 @@ async fn read_body(
     budget: Budget,
 ) -> Result<axum::body::Bytes, Refusal> {
     let limit = state.max_body_bytes;
-    let too_large = |size: String| Refusal {
+    let too_large = |declared: Option<u64>| Refusal {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         reason: "payload_too_large",
         status_reason: "RequestEntityTooLarge",
-        message: format!(
-            "request body is {size}, above the limit of {limit} bytes (--max-body-bytes)"
-        ),
+        message: match declared {
+            Some(n) => format!(
+                "the request body ({n} bytes) is larger than the limit of {limit} bytes (--max-body-bytes)"
+            ),
+            None => format!(
+                "the request body is larger than the limit of {limit} bytes (--max-body-bytes)"
+            ),
+        },
     };
     if !is_json(req.headers()) {
         let got = req
@@ -425,12 +430,12 @@ async fn read_body(
     if let Some(n) = declared
         && n > limit as u64
     {
-        return Err(too_large(format!("{n} bytes")));
+        return Err(too_large(Some(n)));
     }
     let body = Limited::new(req.into_body(), limit);
     match tokio::time::timeout(budget.budget, body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large("larger".into())),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large(None)),
         Ok(Err(e)) => Err(Refusal {
             status: StatusCode::BAD_REQUEST,
             reason: "body_read_error",

@@ -125,7 +125,12 @@ pub fn parse_pair(
         what: "private key",
         reason: e.to_string(),
     })?;
-    let not_after = not_after(cert_path, &chain[0])?;
+    let leaf = chain.first().ok_or_else(|| TlsError::Pem {
+        path: cert_path.to_path_buf(),
+        what: "certificate",
+        reason: "the file holds none".into(),
+    })?;
+    let not_after = not_after(cert_path, leaf)?;
     rustls::sign::CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider()).map_err(
         |source| TlsError::Pair {
             cert: cert_path.to_path_buf(),

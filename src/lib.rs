@@ -5,6 +5,7 @@
 //! - [`cache`]: KServe's model cache objects and the index that answers lookups;
 //! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
 //!   operation, and encodes the one response the API server gets;
+//! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
 //! - [`cli`]: the `review`, `serve` and `certs` commands.
 
 pub mod admission;
@@ -14,3 +15,4 @@ pub mod config;
 pub mod documents;
 pub mod patch;
 pub mod policy;
+pub mod server;

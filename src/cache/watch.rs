@@ -53,7 +53,7 @@ pub struct ClusterCacheArgs {
     /// How long /readyz waits for the first list of each cache kind (e.g. 30s, 500ms, 2m).
     /// After it, requests are admitted with model cache misses and a warning until synced.
     #[arg(long, env = "MODELGATE_CACHE_SYNC_TIMEOUT", default_value = "30s",
-          value_parser = parse_duration)]
+          value_parser = parse_sync_timeout)]
     pub cache_sync_timeout: Duration,
 }
 
@@ -88,20 +88,9 @@ impl ClusterCacheArgs {
     }
 }
 
-/// Parses `30s`, `500ms`, `2m`, `1h`, or a bare number of seconds; at most 24 hours.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let bad = || format!("`{s}` is not a duration; expected e.g. 30s, 500ms, 2m or 1h");
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(bad()),
-    };
+/// A Kubernetes-style duration (`30s`, `500ms`, `2m`, `1m30s`), at most 24 hours.
+pub fn parse_sync_timeout(s: &str) -> Result<Duration, String> {
+    let d = crate::config::parse_duration(s)?;
     if d > Duration::from_secs(24 * 3600) {
         return Err(format!("`{s}` is longer than 24h"));
     }
@@ -537,22 +526,12 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        for bad in [
-            "",
-            "s",
-            "-1s",
-            "1.5s",
-            "30 s",
-            "3d",
-            "25h",
-            "99999999999999999999",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+        assert_eq!(parse_sync_timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_sync_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_sync_timeout("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_sync_timeout("0"), Ok(Duration::ZERO));
+        for bad in ["", "s", "-1s", "30 s", "3d", "25h", "99999999999999999999s"] {
+            assert!(parse_sync_timeout(bad).is_err(), "{bad}");
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! Invalid flags end the program with exit code 2 and a one-line error, before anything runs.
 
+pub mod certs;
 pub mod review;
+pub mod serve;
 
 use std::process::ExitCode;
 
@@ -23,6 +25,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the admission pipeline offline on manifests or AdmissionReviews (a dry run).
     Review(review::ReviewArgs),
+    /// Serve the webhooks over TLS (`--dev`: with a generated certificate, for trying it out).
+    Serve(Box<serve::ServeArgs>),
+    /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
+    Certs(certs::CertsArgs),
 }
 
 /// Exit code for bad input or flags.
@@ -54,5 +60,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Review(args) => review::run(args),
+        Command::Serve(args) => serve::run(*args),
+        Command::Certs(args) => certs::run(args),
     }
 }

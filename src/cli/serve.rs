@@ -1,0 +1,356 @@
+//! `modelgate serve`: the webhook server (see [`crate::server`]), and `serve --dev`, which
+//! makes its own certificates and prints a `curl` command to try it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+
+use super::EXIT_USAGE;
+use super::certs;
+use crate::cache::{CacheIndex, CacheMetrics, ClusterCacheArgs};
+use crate::config::PolicyConfig;
+use crate::server::deadline::parse_duration;
+use crate::server::metrics::Metrics;
+use crate::server::shutdown::Signals;
+use crate::server::tls::TlsFiles;
+use crate::server::{ServeOptions, Server};
+
+/// The sample that `--dev`'s curl command sends.
+pub const SAMPLE_REVIEW: &str = include_str!("../../examples/admissionreview-pod.json");
+const SAMPLE_PATH: &str = "examples/admissionreview-pod.json";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address of the webhook listener (TLS).
+    #[arg(long, env = "MODELGATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// Address of the plain-HTTP listener for /healthz, /readyz and /metrics.
+    #[arg(long, env = "MODELGATE_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
+    pub probe_listen: SocketAddr,
+
+    /// Serving certificate (PEM, leaf first); reloaded when it changes. Required unless --dev.
+    #[arg(
+        long,
+        env = "MODELGATE_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key of the serving certificate (PEM).
+    #[arg(
+        long,
+        env = "MODELGATE_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA bundle (PEM): when set, only clients with a certificate it signed are served.
+    #[arg(long, env = "MODELGATE_CLIENT_CA", value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Largest request body accepted; larger ones get 413.
+    #[arg(long, env = "MODELGATE_MAX_BODY_BYTES", default_value_t = 7 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub max_body_bytes: u64,
+
+    /// After SIGTERM/SIGINT: how long to keep serving (with /readyz 503) before closing the
+    /// listener and draining in-flight requests.
+    #[arg(long, env = "MODELGATE_SHUTDOWN_GRACE", default_value = "15s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Time a client has for the TLS handshake and for each request's headers (HTTP/1.1);
+    /// slower clients are disconnected.
+    #[arg(long, env = "MODELGATE_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    pub header_read_timeout: Duration,
+
+    #[arg(long, env = "MODELGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve against.
+    #[arg(
+        long = "caches",
+        value_name = "FILE",
+        env = "MODELGATE_CACHES",
+        value_delimiter = ','
+    )]
+    pub caches: Vec<PathBuf>,
+
+    /// Development mode: without --tls-cert/--tls-key, make (or reuse) a CA and a certificate for
+    /// localhost in --certs-dir, and print a curl command that sends a sample review.
+    #[arg(long, env = "MODELGATE_DEV", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub dev: bool,
+
+    /// Where --dev keeps its certificates.
+    #[arg(
+        long,
+        env = "MODELGATE_CERTS_DIR",
+        value_name = "DIR",
+        default_value = "certs"
+    )]
+    pub certs_dir: PathBuf,
+
+    #[command(flatten)]
+    pub cluster: ClusterCacheArgs,
+
+    #[command(flatten)]
+    pub policy: PolicyConfig,
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
+        d => Ok(d),
+    }
+}
+
+/// Failures before serving: bad input (exit 2) or the environment (exit 1).
+enum StartError {
+    Usage(anyhow::Error),
+    Runtime(anyhow::Error),
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    init_logging(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(StartError::Usage(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(StartError::Runtime(e)) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), StartError> {
+    if !args.dev && (args.tls_cert.is_none() || args.tls_key.is_none()) {
+        return Err(StartError::Usage(anyhow::anyhow!(
+            "--tls-cert and --tls-key are required (or --dev, to make a development certificate)"
+        )));
+    }
+    // Before anything listens, so an early SIGTERM is handled, not fatal.
+    let signals = Signals::install()
+        .context("cannot install signal handlers")
+        .map_err(StartError::Runtime)?;
+    let (index, skipped) = CacheIndex::load_files(&args.caches).map_err(StartError::Usage)?;
+    if !skipped.is_empty() {
+        tracing::info!(
+            skipped = skipped.len(),
+            "--caches: skipped documents that are not cache objects: {}",
+            skipped.join(", ")
+        );
+    }
+    let (caches, namespace_caches, node_groups) = index.counts();
+    tracing::info!(
+        caches,
+        namespace_caches,
+        node_groups,
+        files = args.caches.len(),
+        "model caches loaded from files"
+    );
+    let (tls, dev) = match (args.tls_cert.clone(), args.tls_key.clone()) {
+        (Some(cert), Some(key)) => (
+            TlsFiles {
+                cert,
+                key,
+                client_ca: args.client_ca.clone(),
+            },
+            None,
+        ),
+        _ => {
+            let made = certs::ensure_dev_certs(&args.certs_dir)
+                .with_context(|| format!("--dev: certificates in {}", args.certs_dir.display()))
+                .map_err(StartError::Runtime)?;
+            tracing::info!(
+                dir = %args.certs_dir.display(),
+                reused = made.reused,
+                "development certificates {}",
+                if made.reused { "reused" } else { "created" }
+            );
+            (
+                TlsFiles {
+                    cert: made.cert.clone(),
+                    key: made.key.clone(),
+                    client_ca: args.client_ca.clone(),
+                },
+                Some(made),
+            )
+        }
+    };
+    // The cluster's caches (watched, merged with --caches), or the static ones alone under
+    // --no-cluster; --dev needs no cluster. `caches` must live as long as the server.
+    let mut metrics = Metrics::new();
+    let cache_metrics = CacheMetrics::new();
+    cache_metrics.register(metrics.registry_mut());
+    let no_cluster = args.cluster.no_cluster || args.dev;
+    if args.dev && !args.cluster.no_cluster {
+        tracing::info!("--dev: not watching the cluster's caches (as with --no-cluster)");
+    }
+    let cluster = ClusterCacheArgs {
+        no_cluster,
+        ..args.cluster.clone()
+    };
+    let caches = cluster
+        .start(index, cache_metrics)
+        .await
+        .context("cannot watch the cluster's model caches (use --no-cluster to run without)")
+        .map_err(StartError::Runtime)?;
+    let readiness = caches.readiness.clone();
+    let options = ServeOptions {
+        listen: args.listen,
+        probe_listen: args.probe_listen,
+        tls,
+        max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+        shutdown_grace: args.shutdown_grace,
+        header_read_timeout: args.header_read_timeout,
+        config: args.policy.clone().finalize(),
+        store: caches.store.clone(),
+        caches_ready: Box::new(move || readiness.is_ready()),
+        metrics,
+    };
+    let server = Server::bind(options).await.map_err(StartError::Runtime)?;
+    if let Some(made) = dev {
+        let addr = server
+            .webhook_addr()
+            .context("webhook listener")
+            .map_err(StartError::Runtime)?;
+        let sample = sample_path(&args.certs_dir).map_err(StartError::Runtime)?;
+        println!(
+            "modelgate serve --dev: serving https://{host}:{port} with the certificate in {dir}\n\
+             Send it a sample AdmissionReview:\n\n  {curl}\n",
+            host = url_host(addr),
+            port = addr.port(),
+            dir = args.certs_dir.display(),
+            curl = curl_command(&made.ca, &sample, addr),
+        );
+    }
+    let result = server.run(signals).await.map_err(StartError::Runtime);
+    drop(caches);
+    result
+}
+
+/// `examples/admissionreview-pod.json` when run from the repository, else a copy written next
+/// to the certificates.
+fn sample_path(certs_dir: &Path) -> anyhow::Result<PathBuf> {
+    let in_repo = PathBuf::from(SAMPLE_PATH);
+    if in_repo.is_file() {
+        return Ok(in_repo);
+    }
+    let copy = certs_dir.join("admissionreview-pod.json");
+    if !copy.is_file() {
+        std::fs::write(&copy, SAMPLE_REVIEW)
+            .with_context(|| format!("{}: cannot write the sample", copy.display()))?;
+    }
+    Ok(copy)
+}
+
+fn url_host(addr: SocketAddr) -> String {
+    match addr.ip() {
+        ip if ip.is_unspecified() => "localhost".into(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    }
+}
+
+/// Quotes a word for a POSIX shell when it needs it.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./-_".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The curl command that sends `sample` to the `/mutate` endpoint at `addr`.
+pub fn curl_command(ca: &Path, sample: &Path, addr: SocketAddr) -> String {
+    format!(
+        "curl -sS --fail-with-body --cacert {ca} -H 'Content-Type: application/json' --data-binary {data} https://{host}:{port}/mutate",
+        ca = shell_word(&ca.display().to_string()),
+        data = shell_word(&format!("@{}", sample.display())),
+        host = url_host(addr),
+        port = addr.port(),
+    )
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("warning: logging not initialised: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curl_command_quotes_paths() {
+        let addr: SocketAddr = "0.0.0.0:8443".parse().unwrap();
+        assert_eq!(
+            curl_command(
+                Path::new("certs/ca.crt"),
+                Path::new("examples/r.json"),
+                addr
+            ),
+            "curl -sS --fail-with-body --cacert certs/ca.crt -H 'Content-Type: application/json' --data-binary @examples/r.json https://localhost:8443/mutate"
+        );
+        let addr: SocketAddr = "127.0.0.1:1234".parse().unwrap();
+        let cmd = curl_command(
+            Path::new("/tmp/my certs/ca.crt"),
+            Path::new("it's.json"),
+            addr,
+        );
+        assert!(cmd.contains("--cacert '/tmp/my certs/ca.crt'"), "{cmd}");
+        assert!(cmd.contains(r"'@it'\''s.json'"), "{cmd}");
+        assert!(cmd.ends_with("https://127.0.0.1:1234/mutate"), "{cmd}");
+    }
+
+    #[test]
+    fn sample_is_an_admission_review() {
+        let v: serde_json::Value = serde_json::from_str(SAMPLE_REVIEW).unwrap();
+        assert_eq!(v["kind"], "AdmissionReview");
+        assert_eq!(v["request"]["operation"], "CREATE");
+    }
+}

@@ -1,0 +1,264 @@
+//! Prometheus metrics, encoded by `prometheus-client` (OpenMetrics text) at `/metrics` on the
+//! probe listener.
+//!
+//! Label values are bounded: `kind` is `Pod`, `Job`, `other` or `none` (the body could not be
+//! read), `operation` one of the four admission operations or `none`, so a client cannot grow
+//! the series without limit.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::admission::{Summary, Webhook};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub webhook: &'static str,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub allowed: bool,
+    pub mutated: bool,
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub webhook: &'static str,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+/// Seconds: the pipeline takes tens of microseconds, reading a large body much longer.
+const DURATION_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<DurationLabels, Histogram>,
+    errors: Family<ReasonLabels, Counter>,
+    tls_reloads: Family<ResultLabels, Counter>,
+    cert_expiry: Gauge,
+    inflight: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+pub fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "Pod" => "Pod",
+        "Job" => "Job",
+        "" => "none",
+        _ => "other",
+    }
+}
+
+pub fn operation_label(operation: &str) -> &'static str {
+    match operation {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "none",
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "modelgate_admission_requests",
+            "AdmissionReviews answered by the pipeline (HTTP 200 and 400)",
+            requests.clone(),
+        );
+        let duration: Family<DurationLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS));
+        registry.register(
+            "modelgate_admission_duration_seconds",
+            "Time from the request's arrival to its answer, body reading included",
+            duration.clone(),
+        );
+        let errors = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "modelgate_admission_errors",
+            "Admission requests that could not be reviewed, by reason",
+            errors.clone(),
+        );
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "modelgate_tls_reloads",
+            "Loads of the serving certificate pair (the first one included), by result",
+            tls_reloads.clone(),
+        );
+        let cert_expiry = Gauge::default();
+        registry.register(
+            "modelgate_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use, as a Unix timestamp",
+            cert_expiry.clone(),
+        );
+        let inflight = Gauge::default();
+        registry.register(
+            "modelgate_inflight_requests",
+            "Admission requests being handled",
+            inflight.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            duration,
+            errors,
+            tls_reloads,
+            cert_expiry,
+            inflight,
+        }
+    }
+
+    /// Records a request the pipeline answered.
+    pub fn admission(&self, webhook: Webhook, summary: &Summary, seconds: f64) {
+        let kind = kind_label(&summary.kind);
+        let operation = operation_label(&summary.operation);
+        self.requests
+            .get_or_create(&RequestLabels {
+                webhook: webhook.as_str(),
+                kind,
+                operation,
+                allowed: summary.allowed,
+                mutated: summary.patch_operations > 0,
+                dry_run: summary.dry_run,
+            })
+            .inc();
+        self.observe(webhook, kind, operation, summary.dry_run, seconds);
+        if let Some(reason) = summary.error {
+            self.error(reason);
+        }
+    }
+
+    pub fn observe(
+        &self,
+        webhook: Webhook,
+        kind: &'static str,
+        operation: &'static str,
+        dry_run: bool,
+        seconds: f64,
+    ) {
+        self.duration
+            .get_or_create(&DurationLabels {
+                webhook: webhook.as_str(),
+                kind,
+                operation,
+                dry_run,
+            })
+            .observe(seconds);
+    }
+
+    pub fn error(&self, reason: &'static str) {
+        self.errors.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn tls_reloaded(&self, ok: bool, not_after_unix: Option<i64>) {
+        let result = if ok { "success" } else { "failure" };
+        self.tls_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        if let Some(ts) = not_after_unix {
+            self.cert_expiry.set(ts);
+        }
+    }
+
+    /// Counts a request as in flight until the guard drops.
+    pub fn inflight(&self) -> InflightGuard {
+        self.inflight.inc();
+        InflightGuard(self.inflight.clone())
+    }
+
+    /// The registry, for other parts of the program to add their metrics (full names, with the
+    /// `modelgate_` prefix) before the server starts.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// The exposition text (OpenMetrics).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+pub struct InflightGuard(Gauge);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_and_labels() {
+        let m = Metrics::new();
+        let summary = Summary {
+            kind: "Pod".into(),
+            operation: "CREATE".into(),
+            allowed: true,
+            patch_operations: 3,
+            ..Default::default()
+        };
+        m.admission(Webhook::Mutate, &summary, 0.00002);
+        m.error("payload_too_large");
+        m.tls_reloaded(true, Some(1_900_000_000));
+        let guard = m.inflight();
+        let text = m.encode().unwrap();
+        drop(guard);
+        for want in [
+            r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="false"} 1"#,
+            r#"modelgate_admission_duration_seconds_bucket{le="0.0001",webhook="mutate",kind="Pod",operation="CREATE",dry_run="false"} 1"#,
+            r#"modelgate_admission_errors_total{reason="payload_too_large"} 1"#,
+            r#"modelgate_tls_reloads_total{result="success"} 1"#,
+            "modelgate_tls_certificate_expiry_timestamp_seconds 1900000000",
+            "modelgate_inflight_requests 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert!(
+            m.encode()
+                .unwrap()
+                .contains("modelgate_inflight_requests 0")
+        );
+        assert_eq!(kind_label("Deployment"), "other");
+        assert_eq!(operation_label("PATCH"), "none");
+    }
+}

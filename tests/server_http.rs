@@ -1,0 +1,401 @@
+//! The webhook over real TLS sockets: corpus round trips on HTTP/1.1 and h2, the 4xx answers,
+//! the request deadline, slow clients, probes and metrics.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_round_trips_over_http1_and_h2() {
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    let mut reviews = vec![("pod".to_string(), pod_review("uid-pod"))];
+    reviews.extend(corpus_reviews().unwrap_or_default());
+    for proto in [Proto::H1, Proto::H2] {
+        let config = client_config(pki.ca.cert_pem(), proto, None);
+        let mut conn = connect(server.webhook, config, proto).await.unwrap();
+        let want_alpn: &[u8] = if proto == Proto::H1 {
+            b"http/1.1"
+        } else {
+            b"h2"
+        };
+        assert_eq!(conn.alpn.as_deref(), Some(want_alpn));
+        let mut patched = 0;
+        for (name, review) in &reviews {
+            let body = serde_json::to_vec(review).unwrap();
+            let mutated = conn.post_json("/mutate", body.clone()).await.unwrap();
+            let want_version = match proto {
+                Proto::H1 => hyper::Version::HTTP_11,
+                Proto::H2 => hyper::Version::HTTP_2,
+            };
+            assert_eq!(mutated.version, want_version);
+            let object = check_answer("/mutate", review, &mutated);
+            if mutated.json()["response"].get("patch").is_some() {
+                patched += 1;
+                // The mutated object passes validation, and a second mutation changes nothing.
+                let mut again = review.clone();
+                again["request"]["object"] = object;
+                let body = serde_json::to_vec(&again).unwrap();
+                let v = conn.post_json("/validate", body.clone()).await.unwrap();
+                check_answer("/validate", &again, &v);
+                assert_eq!(
+                    v.json()["response"]["allowed"],
+                    true,
+                    "{name}: {}",
+                    v.json()
+                );
+                let m = conn.post_json("/mutate", body).await.unwrap();
+                assert!(
+                    m.json()["response"].get("patch").is_none(),
+                    "{name}: not idempotent"
+                );
+            }
+            let validated = conn.post_json("/validate", body).await.unwrap();
+            check_answer("/validate", review, &validated);
+        }
+        assert!(patched >= 1, "no review was mutated");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_4xx_and_the_server_stays_up() {
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.push("--max-body-bytes=65536".into());
+    let server = ServerProcess::start(&args);
+    for proto in [Proto::H1, Proto::H2] {
+        let config = client_config(pki.ca.cert_pem(), proto, None);
+        let fresh = || async {
+            connect(server.webhook, config.clone(), proto)
+                .await
+                .unwrap()
+        };
+        let still_up = || async {
+            let mut conn = fresh().await;
+            let review = pod_review("after");
+            let a = conn
+                .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+                .await
+                .unwrap();
+            check_answer("/mutate", &review, &a);
+        };
+
+        // Not JSON: 400 with a Kubernetes Status body.
+        let mut conn = fresh().await;
+        let a = conn.post_json("/mutate", "{not json").await.unwrap();
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        assert_eq!(a.json()["kind"], "Status");
+        assert_eq!(a.json()["code"], 400);
+        // JSON but no AdmissionReview: 400 too.
+        let a = conn.post_json("/validate", "[1,2]").await.unwrap();
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        still_up().await;
+
+        // The uid can be read, the rest is malformed: the answer is a refused review echoing it.
+        let mut broken = pod_review("uid-broken");
+        broken["request"]["operation"] = json!("EXPLODE");
+        let a = conn
+            .post_json("/mutate", serde_json::to_vec(&broken).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.json()["response"]["uid"], "uid-broken");
+        assert_eq!(a.json()["response"]["allowed"], false);
+        assert_eq!(a.json()["response"]["status"]["code"], 400);
+
+        // Over the body limit: 413, whether the length is declared or streamed.
+        let mut big = pod_review("big");
+        big["request"]["object"]["metadata"]["annotations"] = json!({"filler": "x".repeat(70_000)});
+        let big = serde_json::to_vec(&big).unwrap();
+        let a = fresh()
+            .await
+            .post_json("/mutate", big.clone())
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{a:?}");
+        assert_eq!(a.json()["code"], 413);
+        let message = a.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains("limit of 65536 bytes"), "{message}");
+        let mut conn = fresh().await;
+        let (mut tx, body) = http_body_util::channel::Channel::<Bytes>::new(4);
+        let req = conn
+            .request("POST", "/validate")
+            .header("content-type", "application/json")
+            .body(http_body_util::BodyExt::boxed(body))
+            .unwrap();
+        let feeder = tokio::spawn(async move {
+            for chunk in big.chunks(4096) {
+                if tx.send_data(Bytes::copy_from_slice(chunk)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let a = conn.send(req).await.unwrap();
+        assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{a:?}");
+        feeder.abort();
+        still_up().await;
+
+        // Wrong or missing content type: 415.
+        let mut conn = fresh().await;
+        let req = conn
+            .request("POST", "/mutate")
+            .header("content-type", "text/plain")
+            .body(full("{}"))
+            .unwrap();
+        let a = conn.send(req).await.unwrap();
+        assert_eq!(a.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert!(a.json()["message"].as_str().unwrap().contains("text/plain"));
+        let req = conn.request("POST", "/validate").body(full("{}")).unwrap();
+        assert_eq!(
+            conn.send(req).await.unwrap().status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        // A charset parameter is fine.
+        let review = pod_review("charset");
+        let req = conn
+            .request("POST", "/mutate")
+            .header("content-type", "application/json; charset=utf-8")
+            .body(full(serde_json::to_vec(&review).unwrap()))
+            .unwrap();
+        check_answer("/mutate", &review, &conn.send(req).await.unwrap());
+
+        // Unknown path: 404; wrong method: 405.
+        let a = conn.post_json("/mutate/extra", "{}").await.unwrap();
+        assert_eq!(a.status, StatusCode::NOT_FOUND);
+        assert_eq!(a.json()["code"], 404);
+        let req = conn.request("GET", "/mutate").body(full("")).unwrap();
+        assert_eq!(
+            conn.send(req).await.unwrap().status,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        let req = conn.request("GET", "/healthz").body(full("")).unwrap();
+        assert_eq!(conn.send(req).await.unwrap().status, StatusCode::OK);
+        still_up().await;
+    }
+    let (status, metrics) = server.probe_get("/metrics").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    for want in [
+        r#"modelgate_admission_errors_total{reason="invalid_json"} 2"#,
+        r#"modelgate_admission_errors_total{reason="payload_too_large"} 4"#,
+        r#"modelgate_admission_errors_total{reason="unsupported_media_type"} 4"#,
+        r#"modelgate_admission_errors_total{reason="invalid_review"} 4"#,
+    ] {
+        assert!(metrics.contains(want), "missing {want} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_does_not_arrive_in_time_gets_a_clear_408_before_the_timeout() {
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    let mut tasks = Vec::new();
+    for proto in [Proto::H1, Proto::H2] {
+        let config = client_config(pki.ca.cert_pem(), proto, None);
+        let addr = server.webhook;
+        tasks.push(tokio::spawn(async move {
+            let mut conn = connect(addr, config, proto).await.unwrap();
+            let (mut tx, body) = http_body_util::channel::Channel::<Bytes>::new(1);
+            let req = conn
+                .request("POST", "/mutate?timeout=2s")
+                .header("content-type", "application/json")
+                .header("content-length", "1000")
+                .body(http_body_util::BodyExt::boxed(body))
+                .unwrap();
+            tx.send_data(Bytes::from_static(b"{\"apiVersion\":"))
+                .await
+                .unwrap();
+            let started = Instant::now();
+            let a = conn.send(req).await.unwrap();
+            let took = started.elapsed();
+            drop(tx);
+            assert_eq!(a.status, StatusCode::REQUEST_TIMEOUT, "{proto:?}: {a:?}");
+            assert!(
+                took < Duration::from_secs(2),
+                "{proto:?}: answered after the caller's timeout: {took:?}"
+            );
+            assert!(
+                took >= Duration::from_millis(1500),
+                "{proto:?}: too early: {took:?}"
+            );
+            let message = a.json()["message"].as_str().unwrap().to_string();
+            assert!(message.contains("did not arrive within 1.6s"), "{message}");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+    assert!(metrics.contains(r#"modelgate_admission_errors_total{reason="deadline_exceeded"} 2"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_disconnected() {
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.push("--header-read-timeout=300ms".into());
+    let server = ServerProcess::start(&args);
+
+    // After the TLS handshake: half a request's headers, part of the h2 preface, or nothing at
+    // all (slowloris), with and without ALPN. The server hangs up on each.
+    let no_alpn = {
+        let mut c = (*client_config(pki.ca.cert_pem(), Proto::H1, None)).clone();
+        c.alpn_protocols.clear();
+        std::sync::Arc::new(c)
+    };
+    let cases: [(&str, _, &[u8]); 5] = [
+        (
+            "h1 headers",
+            client_config(pki.ca.cert_pem(), Proto::H1, None),
+            b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n",
+        ),
+        (
+            "h1 nothing",
+            client_config(pki.ca.cert_pem(), Proto::H1, None),
+            b"",
+        ),
+        (
+            "h2 preface",
+            client_config(pki.ca.cert_pem(), Proto::H2, None),
+            b"PRI * HTTP/2.0\r\n",
+        ),
+        (
+            "h2 nothing",
+            client_config(pki.ca.cert_pem(), Proto::H2, None),
+            b"",
+        ),
+        ("no ALPN, nothing", no_alpn, b""),
+    ];
+    // All at once: each must be closed about one timeout after it went quiet.
+    let mut tasks = Vec::new();
+    for (what, config, sent) in cases {
+        let addr = server.webhook;
+        tasks.push(tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(config)
+                .connect("localhost".try_into().unwrap(), tcp)
+                .await
+                .unwrap();
+            tls.write_all(sent).await.unwrap();
+            tls.flush().await.unwrap();
+            let started = Instant::now();
+            let mut buf = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
+            assert!(read.is_ok(), "{what}: the connection was not closed");
+            assert!(started.elapsed() < Duration::from_secs(2), "{what}");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    // A TCP connection that never starts TLS is closed too.
+    let mut tcp = tokio::net::TcpStream::connect(server.webhook)
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the silent connection was not closed");
+
+    // Meanwhile, prompt clients are served, and an h2 connection that has made a request
+    // stays open while idle (the API server keeps its connections).
+    let review = pod_review("prompt");
+    let body = serde_json::to_vec(&review).unwrap();
+    let config = client_config(pki.ca.cert_pem(), Proto::H1, None);
+    let mut conn = connect(server.webhook, config, Proto::H1).await.unwrap();
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body.clone()).await.unwrap(),
+    );
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body.clone()).await.unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    check_answer(
+        "/mutate",
+        &review,
+        &conn.post_json("/mutate", body).await.unwrap(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_metrics_and_one_log_line_per_admission() {
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    assert_eq!(
+        server.probe_get("/healthz").await.unwrap().0,
+        StatusCode::OK
+    );
+    let (status, body) = server.probe_get("/readyz").await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        server.probe_get("/nope").await.unwrap().0,
+        StatusCode::NOT_FOUND
+    );
+
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    let mut review = pod_review("uid-metrics");
+    review["request"]["dryRun"] = json!(true);
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"secret-looking": "do-not-log-me"});
+    let a = conn
+        .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    check_answer("/mutate", &review, &a);
+    let a = conn
+        .post_json("/validate", serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    check_answer("/validate", &review, &a);
+
+    let (status, metrics) = server.probe_get("/metrics").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    for want in [
+        r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="true"} 1"#,
+        r#"modelgate_admission_requests_total{webhook="validate",kind="Pod",operation="CREATE",allowed="true",mutated="false",dry_run="true"} 1"#,
+        r#"modelgate_admission_duration_seconds_count{webhook="mutate",kind="Pod",operation="CREATE",dry_run="true"} 1"#,
+        r#"modelgate_tls_reloads_total{result="success"} 1"#,
+        "modelgate_inflight_requests 0",
+        "modelgate_tls_certificate_expiry_timestamp_seconds ",
+    ] {
+        assert!(metrics.contains(want), "missing {want} in\n{metrics}");
+    }
+
+    // Exactly one line per admission, with the summary fields and never the object.
+    let lines: Vec<Value> = wait_until(Duration::from_secs(5), || {
+        let lines: Vec<Value> = server
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["message"] == "admission")
+            .collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .expect("admission log lines");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let mutate = &lines[0];
+    assert_eq!(mutate["uid"], "uid-metrics");
+    assert_eq!(mutate["webhook"], "mutate");
+    assert_eq!(mutate["kind"], "Pod");
+    assert_eq!(mutate["namespace"], "team-a");
+    assert_eq!(mutate["name"], "worker-");
+    assert_eq!(mutate["operation"], "CREATE");
+    assert_eq!(mutate["dry_run"], true);
+    assert_eq!(mutate["allowed"], true);
+    assert!(mutate["patch_operations"].as_u64().unwrap() > 0);
+    assert!(mutate["latency_ms"].is_number());
+    assert!(!server.logs().contains("do-not-log-me"));
+}

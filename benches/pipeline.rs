@@ -11,6 +11,10 @@ use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 
+// The allocator the binary uses (src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn reviews() -> Vec<(&'static str, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
     [

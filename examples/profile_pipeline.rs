@@ -4,6 +4,10 @@
 
 use std::path::Path;
 
+// The allocator the binary uses (src/main.rs), so the profile is the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use modelgate::admission::{self, Context, Webhook};
 use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;

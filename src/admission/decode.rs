@@ -89,14 +89,74 @@ struct RequestHead<'a> {
     object: Option<&'a RawValue>,
 }
 
+/// The whole review as the API server sends it, decoded in one pass on the happy path.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewStrict<'a> {
+    #[serde(borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    request: RequestHead<'a>,
+}
+
 #[derive(Deserialize)]
 struct UidOnly {
     uid: Option<String>,
 }
 
 impl Request {
-    /// Decodes an AdmissionReview body.
+    /// Decodes an AdmissionReview body: in one pass when it is well formed, else again, step by
+    /// step, to say what is wrong and echo the uid when it can be read.
     pub fn from_slice(body: &[u8]) -> Result<Request, DecodeError> {
+        if let Ok(review) = serde_json::from_slice::<ReviewStrict>(body)
+            && review.kind == "AdmissionReview"
+        {
+            let api_version = match review.api_version.as_ref() {
+                "admission.k8s.io/v1" => Some(ApiVersion::V1),
+                "admission.k8s.io/v1beta1" => Some(ApiVersion::V1Beta1),
+                _ => None,
+            };
+            if let Some(api_version) = api_version
+                && !review.request.uid.is_empty()
+            {
+                let head = review.request;
+                let envelope = Envelope {
+                    api_version,
+                    uid: head.uid.clone(),
+                };
+                return Ok(Request::from_head(envelope, head));
+            }
+        }
+        Self::from_slice_checked(body)
+    }
+
+    fn from_head(envelope: Envelope, head: RequestHead) -> Request {
+        let operation = match head.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        };
+        Request {
+            envelope,
+            group: head.kind.group,
+            version: head.kind.version,
+            kind: head.kind.kind,
+            sub_resource: head.sub_resource.filter(|s| !s.is_empty()),
+            namespace: head.namespace.unwrap_or_default(),
+            name: head.name,
+            operation,
+            dry_run: head.dry_run,
+            object: head
+                .object
+                .filter(|o| o.get() != "null")
+                .map(|o| o.to_owned()),
+        }
+    }
+
+    fn from_slice_checked(body: &[u8]) -> Result<Request, DecodeError> {
         let review: ReviewIn = serde_json::from_slice(body).map_err(|e| {
             DecodeError::Unanswerable(match e.classify() {
                 serde_json::error::Category::Data => {
@@ -159,27 +219,7 @@ impl Request {
                 return Err(DecodeError::Invalid { envelope, message });
             }
         };
-        let operation = match head.operation {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-            Operation::Connect => "CONNECT",
-        };
-        Ok(Request {
-            envelope,
-            group: head.kind.group,
-            version: head.kind.version,
-            kind: head.kind.kind,
-            sub_resource: head.sub_resource.filter(|s| !s.is_empty()),
-            namespace: head.namespace.unwrap_or_default(),
-            name: head.name,
-            operation,
-            dry_run: head.dry_run,
-            object: head
-                .object
-                .filter(|o| o.get() != "null")
-                .map(|o| o.to_owned()),
-        })
+        Ok(Request::from_head(envelope, head))
     }
 
     /// Pod (core/v1) or Job (batch/v1); anything else is not handled.

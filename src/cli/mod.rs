@@ -8,7 +8,9 @@ pub mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,6 +31,20 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
     Certs(certs::CertsArgs),
+}
+
+/// `--caches FILE`, shared by `review` and `serve`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct CacheFiles {
+    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve
+    /// against: YAML or JSON, several documents or a List; repeatable.
+    #[arg(
+        long = "caches",
+        value_name = "FILE",
+        env = "MODELGATE_CACHES",
+        value_delimiter = ','
+    )]
+    pub files: Vec<PathBuf>,
 }
 
 /// Exit code for bad input or flags.

@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::EXIT_USAGE;
+use super::{CacheFiles, EXIT_USAGE};
 use crate::admission::{self, Context, Decision, Request, Webhook};
 use crate::cache::{CacheIndex, cluster};
 use crate::config::PolicyConfig;
@@ -45,14 +45,8 @@ pub struct ReviewArgs {
     #[arg(value_name = "FILE|-")]
     pub inputs: Vec<PathBuf>,
 
-    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve against.
-    #[arg(
-        long = "caches",
-        value_name = "FILE",
-        env = "MODELGATE_CACHES",
-        value_delimiter = ','
-    )]
-    pub caches: Vec<PathBuf>,
+    #[command(flatten)]
+    pub caches: CacheFiles,
 
     /// Also load the cluster's cache objects once, with the current kubeconfig context
     /// (--caches objects replace cluster objects of the same kind, namespace and name).
@@ -103,7 +97,7 @@ pub struct Reviewed {
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let config = args.policy.clone().finalize();
-    let (mut index, skipped) = CacheIndex::load_files(&args.caches)?;
+    let (mut index, skipped) = CacheIndex::load_files(&args.caches.files)?;
     if !skipped.is_empty() {
         eprintln!(
             "note: --caches: skipped {} documents that are not cache objects: {}",

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
-use super::EXIT_USAGE;
 use super::certs;
+use super::{CacheFiles, EXIT_USAGE};
 use crate::cache::{CacheIndex, CacheMetrics, ClusterCacheArgs};
 use crate::config::PolicyConfig;
 use crate::server::deadline::parse_duration;
@@ -79,14 +79,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MODELGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve against.
-    #[arg(
-        long = "caches",
-        value_name = "FILE",
-        env = "MODELGATE_CACHES",
-        value_delimiter = ','
-    )]
-    pub caches: Vec<PathBuf>,
+    #[command(flatten)]
+    pub caches: CacheFiles,
 
     /// Development mode: without --tls-cert/--tls-key, make (or reuse) a CA and a certificate for
     /// localhost in --certs-dir, and print a curl command that sends a sample review.
@@ -158,7 +152,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
-    let (index, skipped) = CacheIndex::load_files(&args.caches).map_err(StartError::Usage)?;
+    let (index, skipped) = CacheIndex::load_files(&args.caches.files).map_err(StartError::Usage)?;
     if !skipped.is_empty() {
         tracing::info!(
             skipped = skipped.len(),
@@ -171,7 +165,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         caches,
         namespace_caches,
         node_groups,
-        files = args.caches.len(),
+        files = args.caches.files.len(),
         "model caches loaded from files"
     );
     let (tls, dev) = match (args.tls_cert.clone(), args.tls_key.clone()) {

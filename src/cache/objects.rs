@@ -5,7 +5,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-/// Spec shared by `LocalModelCache` (cluster) and `LocalModelNamespaceCache` (namespaced).
+/// `LocalModelCache` (cluster-scoped). kube's derive makes one kind per spec struct, so the
+/// namespaced kind below repeats these two fields rather than sharing the struct.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "serving.kserve.io",

@@ -1,3 +1,4 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests. Each test file uses a part of them.
+#![allow(dead_code)]
 
 pub mod fake_apiserver;

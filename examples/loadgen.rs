@@ -146,6 +146,8 @@ struct Options {
     review: String,
     rss: bool,
     caches_100k: usize,
+    /// A command to run serve under (`valgrind --tool=callgrind`), split at spaces.
+    serve_prefix: Vec<String>,
 }
 
 fn parse_options() -> anyhow::Result<Options> {
@@ -157,6 +159,7 @@ fn parse_options() -> anyhow::Result<Options> {
         review: "llm-serving-pod".into(),
         rss: true,
         caches_100k: 100_000,
+        serve_prefix: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -174,10 +177,14 @@ fn parse_options() -> anyhow::Result<Options> {
             "--review" => o.review = value()?,
             "--caches-count" => o.caches_100k = value()?.parse()?,
             "--no-rss" => o.rss = false,
+            "--serve-prefix" => {
+                o.serve_prefix = value()?.split_whitespace().map(String::from).collect()
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: loadgen [--requests N] [--warmup N] [--max-seconds S] \
-                     [--concurrency 1,16,64] [--review NAME] [--caches-count N] [--no-rss]\n\
+                     [--concurrency 1,16,64] [--review NAME] [--caches-count N] [--no-rss] \
+                     [--serve-prefix 'valgrind --tool=callgrind']\n\
                      NAME is a file in benches/reviews without .json (default llm-serving-pod)"
                 );
                 std::process::exit(0);
@@ -197,10 +204,23 @@ struct Server {
     name: &'static str,
     child: Child,
     addr: SocketAddr,
+    /// Stop it with SIGTERM (twice: the second cuts serve's grace period short) so that a
+    /// profiler it runs under writes its output.
+    graceful: bool,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.graceful {
+            for _ in 0..2 {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &self.child.id().to_string()])
+                    .status();
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let _ = self.child.wait();
+            return;
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -210,6 +230,19 @@ impl Server {
     fn status_kib(&self, field: &str) -> Option<u64> {
         proc_status_kib(self.child.id(), field)
     }
+}
+
+/// CPU time (ns) all threads of a process have run, from `/proc/<pid>/task/*/schedstat`;
+/// unlike wall time it does not depend on what else the machine runs.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
@@ -233,10 +266,20 @@ fn spawn_serve(
     name: &'static str,
     certs: &modelgate::cli::certs::DevCerts,
     caches: &Path,
+    prefix: &[String],
 ) -> anyhow::Result<Server> {
     let addr = free_port()?;
     let probe = free_port()?;
-    let child = Command::new(std::env::current_exe()?)
+    let exe = std::env::current_exe()?;
+    let mut command = match prefix {
+        [] => Command::new(&exe),
+        [program, args @ ..] => {
+            let mut c = Command::new(program);
+            c.args(args).arg(&exe);
+            c
+        }
+    };
+    let child = command
         .args(["serve", "--no-cluster", "--listen"])
         .arg(addr.to_string())
         .arg("--probe-listen")
@@ -253,7 +296,12 @@ fn spawn_serve(
         .stderr(log_file(dir, name)?)
         .spawn()
         .context("cannot start serve")?;
-    Ok(Server { name, child, addr })
+    Ok(Server {
+        name,
+        child,
+        addr,
+        graceful: !prefix.is_empty(),
+    })
 }
 
 fn spawn_floor(
@@ -279,6 +327,7 @@ fn spawn_floor(
         name: "floor",
         child,
         addr,
+        graceful: false,
     })
 }
 
@@ -402,6 +451,9 @@ async fn send(conn: &mut Conn, addr: SocketAddr, body: &Bytes) -> anyhow::Result
 }
 
 struct Measured {
+    /// CPU time per answered request, server and client (µs).
+    server_cpu_us: f64,
+    client_cpu_us: f64,
     requests: usize,
     errors: usize,
     seconds: f64,
@@ -463,6 +515,8 @@ async fn drive(
         requests: 0,
         errors: 0,
         seconds: 0.0,
+        server_cpu_us: 0.0,
+        client_cpu_us: 0.0,
         latencies: Vec::with_capacity(total),
         timed_out: false,
     };
@@ -481,6 +535,7 @@ async fn drive(
 }
 
 async fn scenario(
+    server_pid: u32,
     client: &Client,
     concurrency: usize,
     body: &Bytes,
@@ -490,7 +545,11 @@ async fn scenario(
     // Warm up on the same connections (TLS sessions, allocator, caches), then measure.
     let limit = Duration::from_secs(o.max_seconds);
     let (_, conns) = drive(conns, client.addr, body, o.warmup, limit).await?;
-    let (measured, _) = drive(conns, client.addr, body, o.requests, limit).await?;
+    let (server0, client0) = (cpu_ns(server_pid), cpu_ns(std::process::id()));
+    let (mut measured, _) = drive(conns, client.addr, body, o.requests, limit).await?;
+    let n = measured.requests.max(1) as f64;
+    measured.server_cpu_us = (cpu_ns(server_pid) - server0) as f64 / 1e3 / n;
+    measured.client_cpu_us = (cpu_ns(std::process::id()) - client0) as f64 / 1e3 / n;
     Ok(measured)
 }
 
@@ -550,7 +609,7 @@ fn driver_main() -> anyhow::Result<()> {
         o.max_seconds,
         load_average()
     );
-    let serve = spawn_serve(dir.path(), "serve", &certs, &caches_path)?;
+    let serve = spawn_serve(dir.path(), "serve", &certs, &caches_path, &o.serve_prefix)?;
     let floor = spawn_floor(dir.path(), &certs, &review_path, &caches_path)?;
 
     let rows = runtime.block_on(async {
@@ -566,7 +625,7 @@ fn driver_main() -> anyhow::Result<()> {
                 let mut pair = Vec::new();
                 for server in [&floor, &serve] {
                     let client = Client::new(&certs.ca, server.addr, proto)?;
-                    let m = scenario(&client, c, &body, &o).await?;
+                    let m = scenario(server.child.id(), &client, c, &body, &o).await?;
                     pair.push(m);
                 }
                 let serve_m = pair.pop().unwrap_or_else(|| unreachable!());
@@ -584,9 +643,9 @@ fn driver_main() -> anyhow::Result<()> {
 
     println!();
     println!(
-        "| protocol | conc | server | req/s | p50 µs | p99 µs | p99.9 µs | req/s ÷ floor | p50 − floor µs | p99 ÷ floor |"
+        "| protocol | conc | server | req/s | p50 µs | p99 µs | p99.9 µs | req/s ÷ floor | p50 − floor µs | p99 ÷ floor | server CPU µs/req | client CPU µs/req | CPU-bound req/s ÷ floor |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut out = std::io::stdout().lock();
     for (proto, c, f, s) in &rows {
         for (name, m) in [("floor", f), ("serve", s)] {
@@ -597,23 +656,29 @@ fn driver_main() -> anyhow::Result<()> {
                     if t { ", stopped at --max-seconds" } else { "" }
                 ),
             };
-            let (ratio, dp50, rp99) = if name == "serve" {
+            // With the cores to themselves, server and client would share them: the
+            // throughput the CPU allows is inversely proportional to their CPU per request.
+            let cpu = |m: &Measured| m.server_cpu_us + m.client_cpu_us;
+            let (ratio, dp50, rp99, rcpu) = if name == "serve" {
                 (
                     format!("{:.2}", s.rps() / f.rps()),
                     format!("{:+.0}", s.quantile_us(0.5) - f.quantile_us(0.5)),
                     format!("{:.2}", s.quantile_us(0.99) / f.quantile_us(0.99)),
+                    format!("{:.2}", cpu(f) / cpu(s)),
                 )
             } else {
                 Default::default()
             };
             writeln!(
                 out,
-                "| {} | {c} | {name}{note} | {:.0} | {:.0} | {:.0} | {:.0} | {ratio} | {dp50} | {rp99} |",
+                "| {} | {c} | {name}{note} | {:.0} | {:.0} | {:.0} | {:.0} | {ratio} | {dp50} | {rp99} | {:.1} | {:.1} | {rcpu} |",
                 proto.name(),
                 m.rps(),
                 m.quantile_us(0.5),
                 m.quantile_us(0.99),
                 m.quantile_us(0.999),
+                m.server_cpu_us,
+                m.client_cpu_us,
             )?;
         }
     }
@@ -668,7 +733,7 @@ fn rss_with_many_caches(
     let size = std::fs::metadata(&path)?.len();
 
     let started = Instant::now();
-    let serve = spawn_serve(dir, "serve-many", certs, &path)?;
+    let serve = spawn_serve(dir, "serve-many", certs, &path, &[])?;
     let pid = serve.child.id();
     let (ready, errors) = runtime.block_on(async {
         let client = Client::new(&certs.ca, serve.addr, Proto::H1)?;

@@ -164,7 +164,7 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(
             webhook,
-            state.clone(),
+            state.tls.clone(),
             webhook_routes(state.clone()),
             header_read_timeout,
             stop_rx,
@@ -200,7 +200,7 @@ impl Server {
 /// Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
 async fn accept_loop(
     listener: TcpListener,
-    state: Arc<AppState>,
+    tls: Arc<TlsReloader>,
     app: Router,
     header_read_timeout: Duration,
     mut stop: watch::Receiver<bool>,
@@ -235,7 +235,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(config) = state.tls.current() else {
+        let Some(config) = tls.current() else {
             tracing::debug!(%peer, "connection closed: no TLS certificate loaded");
             continue;
         };
@@ -299,6 +299,27 @@ async fn accept_loop(
     tokio::time::timeout(shutdown::DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_ok()
+}
+
+/// Serves `app` on `listener` through the webhook listener's own TLS and HTTP stack (the same
+/// rustls configuration from `tls`, the same hyper-util auto builder, timeouts, ALPN dispatch and
+/// graceful drain) until `stop` turns true; returns whether the drain finished in time.
+///
+/// For benchmarks: `examples/loadgen.rs` runs its "floor" server (a router that answers without
+/// the pipeline) through this, so that the only difference from `serve` is the handler.
+pub async fn serve_router(
+    listener: TcpListener,
+    tls: TlsFiles,
+    app: Router,
+    header_read_timeout: Duration,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<bool> {
+    let reloader = Arc::new(TlsReloader::new(tls));
+    if let tls::Reload::Failed(e) = reloader.reload() {
+        return Err(e.into());
+    }
+    anyhow::ensure!(reloader.is_loaded(), "no TLS certificate loaded");
+    Ok(accept_loop(listener, reloader, app, header_read_timeout, stop).await)
 }
 
 fn webhook_routes(state: Arc<AppState>) -> Router {

@@ -73,7 +73,7 @@ pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, Documen
         } else {
             origin.to_string()
         };
-        let Value::Object(map) = &value else {
+        let Value::Object(mut map) = value else {
             return Err(DocumentError::NotAnObject {
                 origin: origin.to_string(),
                 index,
@@ -84,22 +84,24 @@ pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, Documen
             .and_then(Value::as_str)
             .is_some_and(|k| k == "List" || (k.ends_with("List") && map.contains_key("items")));
         if is_list {
-            let Some(Value::Array(items)) = map.get("items") else {
+            // Items are moved out, not copied: a list of 100 000 caches is large.
+            let Some(Value::Array(items)) = map.remove("items") else {
                 return Err(DocumentError::BadList {
                     origin: origin.to_string(),
                     index,
                 });
             };
-            for (j, item) in items.iter().enumerate() {
+            out.reserve(items.len());
+            for (j, item) in items.into_iter().enumerate() {
                 out.push(Document {
                     origin: format!("{doc_origin}.items[{j}]"),
-                    value: item.clone(),
+                    value: item,
                 });
             }
         } else {
             out.push(Document {
                 origin: doc_origin,
-                value,
+                value: Value::Object(map),
             });
         }
     }

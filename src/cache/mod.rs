@@ -89,7 +89,7 @@ impl CacheIndex {
         };
         // The same conversion as for the cluster's objects, so files and cluster agree.
         let object =
-            serde_json::from_value(value.clone()).with_context(|| format!("{kind} {name}"))?;
+            serde::Deserialize::deserialize(value).with_context(|| format!("{kind} {name}"))?;
         cluster::convert(kind, object)
             .map_err(|why| anyhow!("{kind} {name}: {why}"))?
             .insert_into(self);

@@ -168,6 +168,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         files = args.caches.files.len(),
         "model caches loaded from files"
     );
+    release_freed_memory();
     let (tls, dev) = match (args.tls_cert.clone(), args.tls_key.clone()) {
         (Some(cert), Some(key)) => (
             TlsFiles {
@@ -247,6 +248,15 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let result = server.run(signals).await.map_err(StartError::Runtime);
     drop(caches);
     result
+}
+
+/// Reading `--caches` builds a large transient JSON tree (100 000 caches: ~250 MiB). The
+/// allocator keeps freed pages until this thread allocates again, which a serving main thread
+/// rarely does; give them back now (RSS with 100 000 caches: 362 MiB -> 107 MiB).
+fn release_freed_memory() {
+    // SAFETY: mi_collect only walks mimalloc's own heaps; it is callable at any time, also when
+    // mimalloc is not the global allocator (then there is nothing to collect).
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 /// `examples/admissionreview-pod.json` when run from the repository, else a copy written next

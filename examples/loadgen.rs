@@ -57,6 +57,11 @@ use tokio_rustls::TlsConnector;
 
 const REVIEWS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/reviews");
 
+// serve runs as this program re-executed (`loadgen serve …`): give it the binary's allocator
+// (src/main.rs) so that what is measured is what ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         // The child processes.

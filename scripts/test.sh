@@ -24,3 +24,10 @@ if [[ -x scripts/audit.sh ]]; then
   step "cargo audit (offline, ../shared/advisory-db)"
   scripts/audit.sh
 fi
+
+# cargo-fuzz (pinned, into .tools), both targets for MODELGATE_FUZZ_SECONDS (60) each: about
+# 2-3 min install once, 7-9 min build, 2 min fuzzing on a fresh 2-core machine.
+if [[ "${MODELGATE_SKIP_FUZZ:-0}" != "1" ]]; then
+  step "fuzz (scripts/fuzz.sh, ${MODELGATE_FUZZ_SECONDS:-60}s per target)"
+  scripts/fuzz.sh
+fi

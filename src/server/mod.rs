@@ -475,6 +475,24 @@ async fn read_body(
     }
 }
 
+/// A string from the request, for a log line: control characters (newlines above all) are
+/// written escaped, so that a name or uid cannot forge a line of the text log format.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `POST /mutate` and `POST /validate`.
 async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response {
     let started = Instant::now();
@@ -511,11 +529,11 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let s = &outcome.summary;
     tracing::info!(
         webhook = webhook.as_str(),
-        uid = %s.uid,
-        kind = %s.kind,
-        namespace = %s.namespace,
-        name = %s.name,
-        operation = %s.operation,
+        uid = %Escaped(&s.uid),
+        kind = %Escaped(&s.kind),
+        namespace = %Escaped(&s.namespace),
+        name = %Escaped(&s.name),
+        operation = %Escaped(&s.operation),
         dry_run = s.dry_run,
         allowed = s.allowed,
         patch_operations = s.patch_operations,

@@ -370,6 +370,14 @@ pub async fn connect_named(
 }
 
 impl Conn {
+    /// A clone of the h2 sender, to run many requests at once on this one connection.
+    pub fn h2_sender(&self) -> Option<hyper::client::conn::http2::SendRequest<Body>> {
+        match &self.sender {
+            Sender::H2(s) => Some(s.clone()),
+            Sender::H1(_) => None,
+        }
+    }
+
     pub fn request(&self, method: &str, path: &str) -> hyper::http::request::Builder {
         let builder = Request::builder().method(method);
         match self.proto {

@@ -79,12 +79,16 @@ struct Inner {
     watches: Vec<Watch>,
     requests: usize,
     counts: HashMap<String, Counts>,
+    /// Taken away ([`FakeApiServer::take_down`]): requests on connections still open get 503.
+    down: bool,
 }
 
 #[derive(Clone)]
 pub struct FakeApiServer {
     addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
+    /// The accept loop, aborted by [`FakeApiServer::take_down`].
+    serving: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -135,14 +139,52 @@ impl FakeApiServer {
             watches: Vec::new(),
             requests: 0,
             counts: HashMap::new(),
+            down: false,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new().fallback(handle).with_state(inner.clone());
-        tokio::spawn(async move {
+        let server = FakeApiServer {
+            addr,
+            inner,
+            serving: Arc::new(Mutex::new(None)),
+        };
+        server.serve(listener);
+        server
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(self.inner.clone());
+        let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FakeApiServer { addr, inner }
+        *self.serving.lock().unwrap() = Some(task);
+    }
+
+    /// The API server goes away (used by examples/fault_load.rs): the listener closes (connections are refused), open watches
+    /// end, and a request on a connection that is still open gets 503.
+    #[allow(dead_code)]
+    pub fn take_down(&self) {
+        if let Some(task) = self.serving.lock().unwrap().take() {
+            task.abort();
+        }
+        let mut inner = self.lock();
+        inner.down = true;
+        inner.watches.clear();
+    }
+
+    /// Back on the same address, with the objects and history it had.
+    #[allow(dead_code)]
+    pub async fn bring_back(&self) {
+        let listener = loop {
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        self.lock().down = false;
+        self.serve(listener);
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -320,6 +362,9 @@ async fn handle(
 ) -> Response {
     let mut guard = inner.lock().unwrap();
     let inner = &mut *guard;
+    if inner.down {
+        return json_response(503, &status(503, "ServiceUnavailable", "taken down"));
+    }
     inner.requests += 1;
     let not_found = |inner: &Inner| {
         if inner.resources.values().any(|r| r.installed) {

@@ -1,0 +1,101 @@
+//! The request-bytes-to-response entry point (`admission::review`, what `serve` runs for every
+//! body), for both webhooks. Beyond "no panic, no hang": the answer is JSON; a `/validate` answer
+//! never patches; a patch from `/mutate` applies to the object it was built from, and the
+//! patched object passes `/validate`.
+#![no_main]
+
+use std::sync::LazyLock;
+
+use base64::Engine as _;
+use libfuzzer_sys::fuzz_target;
+use modelgate::admission::{self, Context, Webhook};
+use modelgate::cache::{CacheEntry, CacheIndex, CacheScope};
+use modelgate::config::PolicyConfig;
+use modelgate::policy::Caches;
+use serde_json::Value;
+
+static INDEX: LazyLock<CacheIndex> = LazyLock::new(|| {
+    let mut idx = CacheIndex::new();
+    for (scope, name, uri) in [
+        (CacheScope::Cluster, "llama", "hf://org/m"),
+        (
+            CacheScope::Namespace("team-a".into()),
+            "mine",
+            "hf://org/m/",
+        ),
+        (
+            CacheScope::Namespace("team-b".into()),
+            "theirs",
+            "gs://b/model",
+        ),
+    ] {
+        idx.upsert_cache(CacheEntry {
+            scope,
+            name: name.into(),
+            source_model_uri: uri.into(),
+            node_groups: vec!["workers".into(), "gpu".into()],
+        });
+    }
+    let term = serde_json::from_str(
+        r#"{"matchExpressions":[{"key":"node-type","operator":"In","values":["gpu"]}]}"#,
+    )
+    .unwrap();
+    idx.upsert_node_group("workers", Some(vec![term]));
+    idx
+});
+
+static CONFIG: LazyLock<PolicyConfig> = LazyLock::new(|| PolicyConfig {
+    exempt_namespaces: vec!["kube-system".into()],
+    ..PolicyConfig::default()
+});
+
+fn answer(webhook: Webhook, body: &[u8]) -> (u16, Value) {
+    let ctx = Context {
+        config: &CONFIG,
+        caches: Caches::Ready(&INDEX),
+    };
+    let out = admission::review(webhook, body, &ctx);
+    let v: Value = serde_json::from_slice(&out.body).expect("the answer is JSON");
+    (out.http_status, v)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (status, mutated) = answer(Webhook::Mutate, data);
+    let (_, validated) = answer(Webhook::Validate, data);
+    assert!(
+        validated["response"].get("patch").is_none(),
+        "/validate patched"
+    );
+    if status != 200 || mutated["response"]["allowed"] != true {
+        return;
+    }
+    let Some(patch) = mutated["response"]["patch"].as_str() else {
+        return;
+    };
+    // Within serde_json's recursion limit only (the pipeline itself never builds a tree).
+    let Ok(mut review) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .expect("base64 patch");
+    let ops: json_patch::Patch = serde_json::from_slice(&bytes).expect("a JSON patch");
+    let object = &mut review["request"]["object"];
+    json_patch::patch(object, &ops.0).expect("the patch applies to the object it came from");
+    let body = serde_json::to_vec(&review).unwrap();
+    let (_, again) = answer(Webhook::Validate, &body);
+    // The one documented exception (tests/properties.rs, "impostor-refused"): a user's own
+    // `model-cache-prep` in a pod modelgate does not manage is left in place by /mutate and
+    // refused by /validate.
+    let message = again["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or("");
+    let impostor = message.contains("a container named model-cache-prep")
+        && message
+            .split("; ")
+            .all(|v| v.contains("a container named model-cache-prep"));
+    assert!(
+        again["response"]["allowed"] == true || impostor,
+        "the patched object does not validate: {again}"
+    );
+});

@@ -631,17 +631,7 @@ async fn review_from_cluster_lists_once_with_the_kubeconfig_context() {
     let dir = std::env::temp_dir().join(format!("modelgate-review-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters: [{{name: fake, cluster: {{server: 'http://{}'}}}}]\n\
-             users: [{{name: fake, user: {{}}}}]\n\
-             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n",
-            server.addr()
-        ),
-    )
-    .unwrap();
+    server.write_kubeconfig(&kubeconfig);
     let pods = dir.join("pods.yaml");
     std::fs::write(
         &pods,

@@ -62,17 +62,7 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     api.fail_lists(NAMESPACE_CACHES, Some(500));
     let pki = TestPki::new();
     let kubeconfig = pki.dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters: [{{name: fake, cluster: {{server: 'http://{}'}}}}]\n\
-             users: [{{name: fake, user: {{}}}}]\n\
-             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n",
-            api.addr()
-        ),
-    )
-    .unwrap();
+    api.write_kubeconfig(&kubeconfig);
     let mut cmd = Command::new(bin());
     cmd.arg("serve")
         .args([

@@ -187,6 +187,21 @@ impl FakeApiServer {
         self.serve(listener);
     }
 
+    /// Writes a kubeconfig whose current context is this server, for a `modelgate` process.
+    pub fn write_kubeconfig(&self, path: &std::path::Path) {
+        std::fs::write(
+            path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+                 clusters: [{{name: fake, cluster: {{server: 'http://{}'}}}}]\n\
+                 users: [{{name: fake, user: {{}}}}]\n\
+                 contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n",
+                self.addr
+            ),
+        )
+        .expect("write kubeconfig");
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -136,12 +136,28 @@ impl PatchBuilder {
 
     /// Sets `key` in the map at `map`, creating the map when absent.
     pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: Value) {
+        let mut fields = serde_json::Map::new();
+        fields.insert(key.to_string(), value);
+        self.set_fields(map, exists, fields);
+    }
+
+    /// Sets each of `fields` in the object at `object`: one `add` per field when it exists, else
+    /// one `add` of the whole object (so no operation needs a parent that is not there yet).
+    pub fn set_fields(
+        &mut self,
+        object: &FieldPath,
+        exists: bool,
+        fields: serde_json::Map<String, Value>,
+    ) {
+        if fields.is_empty() {
+            return;
+        }
         if exists {
-            self.add(&map.key(key.to_string()), value);
+            for (k, v) in fields {
+                self.add(&object.key(k), v);
+            }
         } else {
-            let mut m = serde_json::Map::new();
-            m.insert(key.to_string(), value);
-            self.add(map, Value::Object(m));
+            self.add(object, Value::Object(fields));
         }
     }
 

@@ -19,6 +19,14 @@ pub enum ApiVersion {
 }
 
 impl ApiVersion {
+    fn parse(s: &str) -> Option<ApiVersion> {
+        match s {
+            "admission.k8s.io/v1" => Some(ApiVersion::V1),
+            "admission.k8s.io/v1beta1" => Some(ApiVersion::V1Beta1),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ApiVersion::V1 => "admission.k8s.io/v1",
@@ -112,22 +120,15 @@ impl Request {
     pub fn from_slice(body: &[u8]) -> Result<Request, DecodeError> {
         if let Ok(review) = serde_json::from_slice::<ReviewStrict>(body)
             && review.kind == "AdmissionReview"
+            && let Some(api_version) = ApiVersion::parse(&review.api_version)
+            && !review.request.uid.is_empty()
         {
-            let api_version = match review.api_version.as_ref() {
-                "admission.k8s.io/v1" => Some(ApiVersion::V1),
-                "admission.k8s.io/v1beta1" => Some(ApiVersion::V1Beta1),
-                _ => None,
+            let head = review.request;
+            let envelope = Envelope {
+                api_version,
+                uid: head.uid.clone(),
             };
-            if let Some(api_version) = api_version
-                && !review.request.uid.is_empty()
-            {
-                let head = review.request;
-                let envelope = Envelope {
-                    api_version,
-                    uid: head.uid.clone(),
-                };
-                return Ok(Request::from_head(envelope, head));
-            }
+            return Ok(Request::from_head(envelope, head));
         }
         Self::from_slice_checked(body)
     }
@@ -167,11 +168,8 @@ impl Request {
         })?;
         let raw_request = review.request.filter(|r| r.get() != "null");
         let api_version = match review.api_version.as_deref() {
-            Some("admission.k8s.io/v1") => Ok(ApiVersion::V1),
-            Some("admission.k8s.io/v1beta1") => Ok(ApiVersion::V1Beta1),
-            Some(other) => Err(format!(
-                "apiVersion `{other}` is not admission.k8s.io/v1 or v1beta1"
-            )),
+            Some(v) => ApiVersion::parse(v)
+                .ok_or_else(|| format!("apiVersion `{v}` is not admission.k8s.io/v1 or v1beta1")),
             None => Err("apiVersion is missing".to_string()),
         };
         let kind = match review.kind.as_deref() {

@@ -270,18 +270,18 @@ fn review_one(
         json_patch::patch(obj, &patch.0)
             .with_context(|| format!("{origin}: the patch does not apply"))?;
     }
-    if webhook == WebhookChoice::Both && decision.allowed && decision.patch.is_some() {
-        // Validate what the API server would store: the patched object.
-        let patched_raw = patched
-            .as_ref()
-            .map(serde_json::value::to_raw_value)
-            .transpose()?;
+    if webhook == WebhookChoice::Both && decision.allowed {
+        // Validate what the API server would store: the patched object (when there is a patch).
+        let patched_raw = match decision.patch {
+            Some(_) => patched
+                .as_ref()
+                .map(serde_json::value::to_raw_value)
+                .transpose()?,
+            None => request.object.clone(),
+        };
         let original = std::mem::replace(&mut request.object, patched_raw);
         let validation = admission::decide(Webhook::Validate, &request, ctx);
         request.object = original;
-        merge_validation(&mut decision, validation);
-    } else if webhook == WebhookChoice::Both && decision.allowed {
-        let validation = admission::decide(Webhook::Validate, &request, ctx);
         merge_validation(&mut decision, validation);
     }
     Ok(Reviewed {

@@ -51,16 +51,11 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
     if let Some(gid) = fs_group {
         fields.insert("fsGroup".into(), gid.into());
     }
-    let sc_path = w.spec_path.key("securityContext");
-    if w.pod_security().is_none() {
-        if !fields.is_empty() {
-            m.patch.add(&sc_path, Value::Object(fields));
-        }
-    } else {
-        for (k, v) in fields {
-            m.patch.add(&sc_path.key(k), v);
-        }
-    }
+    m.patch.set_fields(
+        &w.spec_path.key("securityContext"),
+        w.pod_security().is_some(),
+        fields,
+    );
 
     // 2. Containers, edited in place at their current indices.
     nonroot::container_fixes(w, prep_managed, &mut m.patch, &mut m.warnings);

@@ -125,15 +125,6 @@ pub fn ephemeral_fixes(
                 fields.insert("runAsGroup".into(), gid.into());
             }
         }
-        let sc_path = c.path.key("securityContext");
-        if sc.is_none() {
-            if !fields.is_empty() {
-                patch.add(&sc_path, Value::Object(fields));
-            }
-        } else {
-            for (k, v) in fields {
-                patch.add(&sc_path.key(k), v);
-            }
-        }
+        patch.set_fields(&c.path.key("securityContext"), sc.is_some(), fields);
     }
 }

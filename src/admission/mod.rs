@@ -54,6 +54,9 @@ pub struct Decision {
     pub code: Option<u16>,
     pub patch: Option<json_patch::Patch>,
     pub warnings: Vec<String>,
+    /// The fields a denial names (`spec.containers[0].securityContext.runAsUser`), in the order
+    /// of its message, so that offline tools can point at them in the user's file.
+    pub denied_fields: Vec<String>,
     /// The object's namespace and name (or generateName), for logs, once it is decoded.
     pub object_namespace: Option<String>,
     pub object_name: Option<String>,
@@ -72,6 +75,7 @@ impl Decision {
             allowed: false,
             message: Some(denial.to_string()),
             code: Some(403),
+            denied_fields: denial.violations.iter().map(|v| v.field.clone()).collect(),
             ..Default::default()
         }
     }
@@ -303,9 +307,15 @@ impl DecodedObject {
                     } else {
                         path
                     };
+                    // The position is in the re-encoded object the API server sent, which
+                    // nobody can see; the field path says where the problem is.
+                    let inner = e.inner();
+                    let message = inner.to_string();
+                    let position = format!(" at line {} column {}", inner.line(), inner.column());
+                    let message = message.strip_suffix(&position).unwrap_or(&message);
                     Err(Denial::single(
                         field,
-                        format!("cannot be decoded as a {kind}: {}", e.inner()),
+                        format!("cannot be decoded as a {kind}: {message}"),
                         DECODE_ADVICE,
                     ))
                 }

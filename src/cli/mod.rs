@@ -3,6 +3,7 @@
 //! Invalid flags end the program with exit code 2 and a one-line error, before anything runs.
 
 pub mod certs;
+pub mod junit;
 pub mod review;
 pub mod serve;
 

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::FieldPath;
-use crate::policy::{self, Caches, Denial, Mutation, Workload};
+use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -198,8 +198,8 @@ fn judge(webhook: Webhook, ephemeral_update: bool, workload: &Workload, ctx: &Co
     match result {
         Ok(m) => Decision {
             allowed: true,
+            warnings: m.warnings(),
             patch: (!m.patch.is_empty()).then(|| m.patch.into_patch()),
-            warnings: m.warnings,
             ..Default::default()
         },
         Err(denial) => Decision::deny(&denial),
@@ -280,7 +280,9 @@ const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes AP
 
 impl DecodedObject {
     fn decode(kind: WorkloadKind, raw: &RawValue) -> Result<Self, Denial> {
-        let fail = |field: String, problem: String| Denial::single(field, problem, DECODE_ADVICE);
+        let fail = |field: String, problem: String| {
+            Denial::single(Rule::Schema, field, problem, DECODE_ADVICE)
+        };
         let text = raw.get();
         if !text.trim_start().starts_with('{') {
             return Err(fail(
@@ -304,6 +306,7 @@ impl DecodedObject {
                         path
                     };
                     Err(Denial::single(
+                        Rule::Schema,
                         field,
                         format!("cannot be decoded as a {kind}: {}", e.inner()),
                         DECODE_ADVICE,
@@ -386,7 +389,8 @@ impl DecodedObject {
     }
 
     fn workload<'a>(&'a self, namespace: &'a str) -> Result<Workload<'a>, Denial> {
-        let missing = |field: &str| Denial::single(field, "is missing", DECODE_ADVICE);
+        let missing =
+            |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
         let raw_init_containers = self.raw_init_containers.as_deref();
         match &self.object {
             Object::Pod(p) => Ok(Workload {

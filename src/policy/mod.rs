@@ -14,6 +14,7 @@ pub mod workload;
 
 use serde_json::Value;
 
+use std::borrow::Cow;
 use std::fmt;
 
 pub use model_cache::Caches;
@@ -22,6 +23,28 @@ pub use workload::Workload;
 
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::{FieldPath, PatchBuilder};
+
+/// The longest warning the API server passes on whole, in bytes (it truncates longer ones).
+pub const MAX_WARNING_LEN: usize = 256;
+
+/// `uri` cut in the middle (`hf://org/…/model.safetensors`) to at most `room` bytes, so that a
+/// warning naming a cache keeps the cache's name whole: the URI is what gives way.
+pub fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
+    const ELLIPSIS: &str = "…";
+    if uri.len() <= room {
+        return Cow::Borrowed(uri);
+    }
+    let keep = room.saturating_sub(ELLIPSIS.len());
+    let mut head = keep.div_ceil(2);
+    while !uri.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = uri.len() - (keep - head);
+    while !uri.is_char_boundary(tail) {
+        tail += 1;
+    }
+    Cow::Owned(format!("{}{ELLIPSIS}{}", &uri[..head], &uri[tail..]))
+}
 
 /// The rule of SPEC.md that a change or a violation comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -190,6 +213,9 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
     }
 
     // 4. The prep container last: inserting it at the front shifts the init containers.
+    if cache_prep::withheld_by_pod_security(w, cfg) {
+        m.notes.push(cache_prep::withheld_warning(w));
+    }
     if prep_managed {
         let uid = identity.run_as_user.or(w.pod_run_as_user());
         let fs_group = fs_group.or(w.pod_fs_group());

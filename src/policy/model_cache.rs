@@ -90,9 +90,15 @@ pub fn apply(
     match found {
         Some(m) => {
             let source = hit(w, cfg, model_uri, &m, patch, warnings);
+            // Both texts fit a warning whole, with the cache's name intact (the longer template
+            // is "model  served from ", 19 bytes besides the URI and the source).
+            let uri = super::shorten_uri(
+                model_uri,
+                super::MAX_WARNING_LEN.saturating_sub(19 + source.len()),
+            );
             Some(
-                Change::new(Rule::ModelCache, format!("mount {model_uri} from {source}"))
-                    .warned(format!("model {model_uri} served from {source}")),
+                Change::new(Rule::ModelCache, format!("mount {uri} from {source}"))
+                    .warned(format!("model {uri} served from {source}")),
             )
         }
         None => {

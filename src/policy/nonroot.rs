@@ -40,7 +40,9 @@ pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> Pod
     };
     let run_as_user = if pod.and_then(|p| p.run_as_user).is_none() && lacks(|s| s.run_as_user) {
         // Under `never`, nothing fixes the cache's owner: the pod runs as that owner instead.
-        if cfg.model_cache_prep == PrepMode::Never && cache_prep::has_writable_cache(w, cfg) {
+        if cache_prep::prep_mode(w, cfg) == PrepMode::Never
+            && cache_prep::has_writable_cache(w, cfg)
+        {
             Some(cfg.init_container_user)
         } else {
             cfg.run_as_user.value()

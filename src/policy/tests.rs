@@ -20,6 +20,7 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
     let w = Workload {
         kind: "Pod",
         namespace: "team-a",
+        restricted_namespace: false,
         annotations: meta.annotations.as_ref(),
         has_metadata: true,
         spec: typed.spec.as_ref().unwrap(),

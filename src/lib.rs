@@ -13,6 +13,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod documents;
+pub mod namespaces;
 pub mod patch;
 pub mod policy;
 pub mod server;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{CacheFiles, EXIT_USAGE, junit};
 use crate::admission::{self, Context, Decision, Request, Webhook};
-use crate::cache::{CacheIndex, cluster};
+use crate::cache::cluster;
 use crate::config::PolicyConfig;
 use crate::documents::{Document, read_documents};
 use crate::policy::Caches;
@@ -102,10 +102,14 @@ pub struct Reviewed {
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let config = args.policy.clone().finalize();
-    let (mut index, skipped) = CacheIndex::load_files(&args.caches.files)?;
+    let super::LoadedFiles {
+        mut index,
+        namespaces,
+        skipped,
+    } = args.caches.load()?;
     if !skipped.is_empty() {
         eprintln!(
-            "note: --caches: skipped {} documents that are not cache objects: {}",
+            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
             skipped.len(),
             skipped.join(", ")
         );
@@ -120,6 +124,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
+        namespaces: &namespaces,
     };
     let mut docs = Vec::new();
     let inputs = if args.inputs.is_empty() {

@@ -67,9 +67,11 @@ pub struct Decision {
     pub mode: Option<Mode>,
     /// What the policy did, when it was consulted (for `modelgate_policy_results_total`).
     pub result: Option<PolicyResult>,
-    /// The fields a denial names (`spec.containers[0].securityContext.runAsUser`), in the order
-    /// of its message, so that offline tools can point at them in the user's file.
-    pub denied_fields: Vec<String>,
+    /// What a patch changes, rule by rule (in `enforce`), for reports such as `audit`.
+    pub changes: Vec<policy::Change>,
+    /// What a denial names, in the order of its message, with each field's rule, so that
+    /// offline tools can count by rule and point at the fields in the user's file.
+    pub violations: Vec<policy::Violation>,
     /// The object's namespace and name (or generateName), for logs, once it is decoded.
     pub object_namespace: Option<String>,
     pub object_name: Option<String>,
@@ -88,7 +90,7 @@ impl Decision {
             allowed: false,
             message: Some(denial.to_string()),
             code: Some(403),
-            denied_fields: denial.violations.iter().map(|v| v.field.clone()).collect(),
+            violations: denial.violations.clone(),
             ..Default::default()
         }
     }

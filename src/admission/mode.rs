@@ -91,6 +91,7 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
                 PolicyResult::Patched
             });
             d.patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
+            d.changes = m.changes;
         }
         (Mode::Enforce, Err(denial)) => {
             d = Decision {

@@ -198,7 +198,7 @@ fn point_at_lines(decision: &mut Decision, doc: &Document) {
         _ if doc.value.get("uid").is_some() && doc.value.get("operation").is_some() => "object.",
         _ => "",
     };
-    for field in &decision.denied_fields {
+    for field in decision.violations.iter().map(|v| &v.field) {
         let needle = format!("{field}: ");
         // A whole field, not the end of a longer one (`spec.template.spec.…`).
         let Some(at) = message

@@ -327,6 +327,15 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
             if !r.decision.warnings.is_empty() {
                 line.push_str(&format!("; warnings: {}", r.decision.warnings.join(" | ")));
             }
+            if !r.decision.audit_annotations.is_empty() {
+                let notes: Vec<String> = r
+                    .decision
+                    .audit_annotations
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                line.push_str(&format!("; audit annotations: {}", notes.join(" | ")));
+            }
             writeln!(out, "{line}")?;
         }
         Output::Review => {

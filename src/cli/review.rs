@@ -297,9 +297,17 @@ fn review_one(
     })
 }
 
-/// What the API server does with two webhooks: allowed only if both allow; both warn.
+/// What the API server does with two webhooks: allowed only if both allow; both warn (a text
+/// already given is shown once); both annotate the audit log.
 fn merge_validation(decision: &mut Decision, validation: Decision) {
-    decision.warnings.extend(validation.warnings);
+    for w in validation.warnings {
+        if !decision.warnings.contains(&w) {
+            decision.warnings.push(w);
+        }
+    }
+    for (k, v) in validation.audit_annotations {
+        decision.audit_annotations.entry(k).or_insert(v);
+    }
     if !validation.allowed {
         decision.allowed = false;
         decision.message = validation.message;

@@ -304,13 +304,22 @@ def cmd_rbac(path, ns):
     expect(not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "no namespaced Role is needed")
     cr = one(docs, "ClusterRole")
     rules = cr["rules"]
-    expect(len(rules) == 1, "ClusterRole must have one rule, has %d" % len(rules))
-    r = rules[0]
-    expect(r["apiGroups"] == ["serving.kserve.io"], "apiGroups must be [serving.kserve.io]")
-    expect(sorted(r["resources"]) == ["localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups"],
-           "resources must be the three cache resources, are %s" % r["resources"])
-    expect(sorted(r["verbs"]) == ["get", "list", "watch"], "verbs must be get, list, watch; are %s" % r["verbs"])
-    expect("resourceNames" not in r and "nonResourceURLs" not in r, "no resourceNames or nonResourceURLs")
+    # (apiGroup, resources) -> verbs: read-only, and nothing else.
+    expected = {
+        ("serving.kserve.io", ("localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups")):
+            ["get", "list", "watch"],
+        # Namespace labels (modes and Pod Security levels, SPEC.md section 9): list and watch only.
+        ("", ("namespaces",)): ["list", "watch"],
+    }
+    seen = set()
+    for r in rules:
+        expect(len(r.get("apiGroups", [])) == 1, "one apiGroup per rule: %s" % r)
+        key = (r["apiGroups"][0], tuple(sorted(r["resources"])))
+        expect(key in expected, "unexpected ClusterRole rule %s" % r)
+        expect(sorted(r["verbs"]) == expected[key], "verbs of %s must be %s; are %s" % (key, expected[key], r["verbs"]))
+        expect("resourceNames" not in r and "nonResourceURLs" not in r, "no resourceNames or nonResourceURLs")
+        seen.add(key)
+    expect(seen == set(expected), "ClusterRole rules missing: %s" % sorted(set(expected) - seen))
     crb = one(docs, "ClusterRoleBinding")
     d, _ = deployment_container(docs)
     sa = d["spec"]["template"]["spec"]["serviceAccountName"]
@@ -642,6 +651,8 @@ check "schema rejects defaultFSGroup: none" schema_rejects /defaultFSGroup --set
 check "schema accepts defaultFSGroup: 0" schema_accepts "--default-fsgroup=0" --set defaultFSGroup=0
 check "schema rejects modelCachePrep: sometimes" schema_rejects /modelCachePrep --set modelCachePrep=sometimes
 check "schema accepts modelCachePrep: never" schema_accepts "--model-cache-prep=never" --set modelCachePrep=never
+check "schema rejects defaultMode: dry-run" schema_rejects /defaultMode --set defaultMode=dry-run
+check "schema accepts defaultMode: audit" schema_accepts "--default-mode=audit" --set defaultMode=audit
 check "schema rejects failurePolicy: Retry" schema_rejects /failurePolicy --set failurePolicy=Retry
 check "schema rejects a misspelt value (initcontainer.user)" schema_rejects "" --set initcontainer.user=5
 
@@ -712,7 +723,7 @@ EOF
 check "helm: a second release for restricted namespaces (prep never, inject=restricted) coexists" t_second_release
 check "helm (default): Deployment" py deployment "$WORK/default.yaml" "$NS" numeric
 check "helm (OpenShift): Deployment leaves uid/gid/fsGroup to the SCC" py deployment "$WORK/openshift.yaml" "$NS" scc
-check "helm: RBAC is get/list/watch on the three cache resources only" py rbac "$WORK/default.yaml" "$NS"
+check "helm: RBAC is get/list/watch on the three cache resources and list/watch on namespaces only" py rbac "$WORK/default.yaml" "$NS"
 t_grace() {
   if "$HELM" template modelgate "$CHART" --set terminationGracePeriodSeconds=20 >/dev/null 2>"$WORK/err"; then
     die "terminationGracePeriodSeconds=20 (< 5 + 15) rendered"

@@ -508,3 +508,6 @@ impl DecodedObject {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod mode_tests;

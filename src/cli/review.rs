@@ -361,9 +361,17 @@ fn review_one(
     })
 }
 
-/// What the API server does with two webhooks: allowed only if both allow; both warn.
+/// What the API server does with two webhooks: allowed only if both allow; both warn (a text
+/// already given is shown once); both annotate the audit log.
 fn merge_validation(decision: &mut Decision, validation: Decision) {
-    decision.warnings.extend(validation.warnings);
+    for w in validation.warnings {
+        if !decision.warnings.contains(&w) {
+            decision.warnings.push(w);
+        }
+    }
+    for (k, v) in validation.audit_annotations {
+        decision.audit_annotations.entry(k).or_insert(v);
+    }
     if !validation.allowed {
         decision.allowed = false;
         decision.message = validation.message;
@@ -405,6 +413,15 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
             };
             if !r.decision.warnings.is_empty() {
                 line.push_str(&format!("; warnings: {}", r.decision.warnings.join(" | ")));
+            }
+            if !r.decision.audit_annotations.is_empty() {
+                let notes: Vec<String> = r
+                    .decision
+                    .audit_annotations
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                line.push_str(&format!("; audit annotations: {}", notes.join(" | ")));
             }
             writeln!(out, "{line}")?;
         }

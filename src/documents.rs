@@ -8,6 +8,7 @@
 //! wrong type, a denied uid) can be reported at the user's file and line: [`Document::line_of`].
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -26,13 +27,16 @@ pub struct Document {
     list_item: Option<usize>,
 }
 
-/// The text of one document of a file, kept to find lines again when an error needs them.
+/// Where one document is in its file, kept to find lines again when an error needs them.
 #[derive(Debug)]
 struct Source {
-    file: String,
+    file: Arc<str>,
+    /// The whole file, shared by its documents.
+    text: Arc<str>,
+    /// The document's bytes in `text`.
+    range: Range<usize>,
     /// The file line the document's text starts on (1-based).
     first_line: usize,
-    text: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,73 +57,151 @@ pub enum DocumentError {
 /// Parses `text` (named `origin` in errors) into its objects, in order. Empty documents are
 /// skipped; a `List` (kind `List` or any `*List` with an `items` array) yields its items.
 pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, DocumentError> {
-    let text = text.trim_start_matches('\u{feff}');
-    let trimmed = text.trim_start();
-    let parsed = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        match read_json_stream(origin, text) {
-            Ok(docs) => docs,
-            // Not a JSON stream: a YAML stream whose documents are written as JSON (or in flow
-            // style) is read as YAML; when that fails too, the error that fits the file is given.
-            Err(json_error) => match read_yaml_stream(origin, text) {
-                Ok(docs) => docs,
-                Err(yaml_error) if has_document_marker(text) => return Err(yaml_error),
-                Err(_) => return Err(json_error),
-            },
-        }
-    } else {
-        read_yaml_stream(origin, text)?
-    };
-    let parsed: Vec<(Value, Arc<Source>)> =
-        parsed.into_iter().filter(|(v, _)| !v.is_null()).collect();
-    let several = parsed.len() > 1;
     let mut out = Vec::new();
-    for (i, (value, source)) in parsed.into_iter().enumerate() {
-        let index = i + 1;
-        let doc_origin = if several {
-            format!("{origin}#{index}")
-        } else {
-            origin.to_string()
-        };
-        let Value::Object(mut map) = value else {
-            return Err(DocumentError::NotAnObject {
-                origin: origin.to_string(),
-                index,
-            });
-        };
-        let is_list = map
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k == "List" || (k.ends_with("List") && map.contains_key("items")));
-        if is_list {
-            // Items are moved out, not copied: a list of 100 000 caches is large.
-            let Some(Value::Array(items)) = map.remove("items") else {
-                return Err(DocumentError::BadList {
-                    origin: origin.to_string(),
-                    index,
-                });
-            };
-            out.reserve(items.len());
-            for (j, item) in items.into_iter().enumerate() {
-                out.push(Document {
-                    origin: format!("{doc_origin}.items[{j}]"),
-                    value: item,
-                    source: source.clone(),
-                    list_item: Some(j),
-                });
-            }
-        } else {
-            out.push(Document {
-                origin: doc_origin,
-                value: Value::Object(map),
-                source,
-                list_item: None,
-            });
-        }
-    }
+    for_each_document(origin, text, None, |d| {
+        out.push(d);
+        Ok::<_, DocumentError>(())
+    })?;
     Ok(out)
 }
 
-fn read_json_stream(origin: &str, text: &str) -> Result<Vec<(Value, Arc<Source>)>, DocumentError> {
+/// [`read_documents`] one document at a time: each object is handed to `f` as soon as its
+/// document is parsed, so a large stream is never held whole (`audit` evaluates and drops each
+/// one). With `only_containing`, a document whose text lacks that string is skipped without
+/// being parsed (`audit` finds the Namespaces of a stream this way before its workloads).
+pub fn for_each_document<E: From<DocumentError>>(
+    origin: &str,
+    text: &str,
+    only_containing: Option<&str>,
+    mut f: impl FnMut(Document) -> Result<(), E>,
+) -> Result<(), E> {
+    let text = text.trim_start_matches('\u{feff}');
+    // One copy of the file, shared by every document's source.
+    let file: Arc<str> = Arc::from(text);
+    let name: Arc<str> = Arc::from(origin);
+    let wanted =
+        |range: &Range<usize>| only_containing.is_none_or(|s| text[range.clone()].contains(s));
+    let source = |range: Range<usize>, first_line: usize| Source {
+        file: name.clone(),
+        text: file.clone(),
+        range,
+        first_line,
+    };
+    let mut json_error = None;
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match read_json_stream(origin, text) {
+            Ok(docs) => {
+                let several = docs.len() > 1;
+                for (i, (value, first_line, range)) in docs.into_iter().enumerate() {
+                    if value.is_null() || !wanted(&range) {
+                        continue;
+                    }
+                    emit(
+                        origin,
+                        several,
+                        i + 1,
+                        value,
+                        source(range, first_line),
+                        &mut f,
+                    )?;
+                }
+                return Ok(());
+            }
+            // Not a JSON stream: a YAML stream whose documents are written as JSON (or in flow
+            // style) is read as YAML; when that fails too, the error that fits the file is given.
+            Err(e) => json_error = Some(e),
+        }
+    }
+    let docs = split_yaml(text);
+    let several = docs.len() > 1;
+    for (i, (first_line, range)) in docs.into_iter().enumerate() {
+        if !wanted(&range) {
+            continue;
+        }
+        let value = match read_yaml(&text[range.clone()]) {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(match json_error {
+                    Some(json) if !has_document_marker(text) => json,
+                    _ => yaml_error(origin, i + 1, first_line, &e),
+                }
+                .into());
+            }
+        };
+        if value.is_null() {
+            continue;
+        }
+        emit(
+            origin,
+            several,
+            i + 1,
+            value,
+            source(range, first_line),
+            &mut f,
+        )?;
+    }
+    Ok(())
+}
+
+/// Hands one document's objects to `f`: the object, or the items of a List.
+fn emit<E: From<DocumentError>>(
+    origin: &str,
+    several: bool,
+    index: usize,
+    value: Value,
+    source: Source,
+    f: &mut impl FnMut(Document) -> Result<(), E>,
+) -> Result<(), E> {
+    let doc_origin = if several {
+        format!("{origin}#{index}")
+    } else {
+        origin.to_string()
+    };
+    let Value::Object(mut map) = value else {
+        return Err(DocumentError::NotAnObject {
+            origin: origin.to_string(),
+            index,
+        }
+        .into());
+    };
+    let source = Arc::new(source);
+    let is_list = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k == "List" || (k.ends_with("List") && map.contains_key("items")));
+    if !is_list {
+        return f(Document {
+            origin: doc_origin,
+            value: Value::Object(map),
+            source,
+            list_item: None,
+        });
+    }
+    // Items are moved out, not copied: a list of 100 000 caches is large.
+    let Some(Value::Array(items)) = map.remove("items") else {
+        return Err(DocumentError::BadList {
+            origin: origin.to_string(),
+            index,
+        }
+        .into());
+    };
+    for (j, item) in items.into_iter().enumerate() {
+        f(Document {
+            origin: format!("{doc_origin}.items[{j}]"),
+            value: item,
+            source: source.clone(),
+            list_item: Some(j),
+        })?;
+    }
+    Ok(())
+}
+
+/// The documents of a JSON stream, each with the file line it starts on and its bytes.
+fn read_json_stream(
+    origin: &str,
+    text: &str,
+) -> Result<Vec<(Value, usize, Range<usize>)>, DocumentError> {
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     let mut docs = Vec::new();
     let mut start = 0;
@@ -131,45 +213,36 @@ fn read_json_stream(origin: &str, text: &str) -> Result<Vec<(Value, Arc<Source>)
         let end = stream.byte_offset();
         let skipped = text[start..end].len() - text[start..end].trim_start().len();
         let doc_start = start + skipped;
-        let source = Source {
-            file: origin.to_string(),
-            first_line: 1 + text[..doc_start].matches('\n').count(),
-            text: text[doc_start..end].to_string(),
-        };
-        docs.push((value, Arc::new(source)));
+        let first_line = 1 + text[..doc_start].matches('\n').count();
+        docs.push((value, first_line, doc_start..end));
         start = end;
     }
     Ok(docs)
 }
 
-fn read_yaml_stream(origin: &str, text: &str) -> Result<Vec<(Value, Arc<Source>)>, DocumentError> {
-    let mut docs = Vec::new();
-    for (index, (first_line, doc)) in split_yaml(text).into_iter().enumerate() {
-        let value = read_yaml(&doc).map_err(|e| DocumentError::Yaml {
-            origin: format!("{origin}#{}", index + 1),
-            message: {
-                let text = one_line(&e.without_snippet().to_string());
-                match e.location() {
-                    // The parser counts lines from the document's start; name the file's line.
-                    Some(at) if at.line() > 0 => {
-                        let what = text
-                            .rfind(" at line ")
-                            .map_or(text.as_str(), |i| &text[..i]);
-                        let line = first_line + at.line() as usize - 1;
-                        format!("line {line}, column {}: {what}", at.column())
-                    }
-                    _ => text,
-                }
-            },
-        })?;
-        let source = Source {
-            file: origin.to_string(),
-            first_line,
-            text: doc,
-        };
-        docs.push((value, Arc::new(source)));
+/// A YAML error of document `index`, at the file's line (the parser counts lines from the
+/// document's start).
+fn yaml_error(
+    origin: &str,
+    index: usize,
+    first_line: usize,
+    e: &serde_saphyr::Error,
+) -> DocumentError {
+    let text = one_line(&e.without_snippet().to_string());
+    let message = match e.location() {
+        Some(at) if at.line() > 0 => {
+            let what = text
+                .rfind(" at line ")
+                .map_or(text.as_str(), |i| &text[..i]);
+            let line = first_line + at.line() as usize - 1;
+            format!("line {line}, column {}: {what}", at.column())
+        }
+        _ => text,
+    };
+    DocumentError::Yaml {
+        origin: format!("{origin}#{index}"),
+        message,
     }
-    Ok(docs)
 }
 
 /// The parser's settings for reading as kubectl does: YAML 1.1 octal integers (`0440`), and
@@ -359,8 +432,11 @@ impl Document {
     /// `spec.containers[1].securityContext.runAsUser`), when it can be found. The document is
     /// parsed again for this, so only errors pay for it.
     pub fn line_of(&self, path: &str) -> Option<usize> {
-        let root: Spanned<Located> =
-            serde_saphyr::from_str_with_options(&self.source.text, kubectl_options()).ok()?;
+        let root: Spanned<Located> = serde_saphyr::from_str_with_options(
+            &self.source.text[self.source.range.clone()],
+            kubectl_options(),
+        )
+        .ok()?;
         let mut node = &root.value;
         let mut line = root.referenced.line();
         if let Some(j) = self.list_item {
@@ -483,29 +559,32 @@ fn is_document_marker(line: &str) -> bool {
 }
 
 /// Splits a YAML stream at its `---` document markers, as kubectl does, keeping for each
-/// document the file line it starts on, so errors name the document and the line.
-fn split_yaml(text: &str) -> Vec<(usize, String)> {
-    let mut docs = Vec::new();
-    let mut current = String::new();
-    let mut start = 1;
-    for (i, line) in text.lines().enumerate() {
-        if is_document_marker(line) {
-            if !current.trim().is_empty() {
-                docs.push((start, std::mem::take(&mut current)));
-            }
-            current.clear();
-            start = i + 1;
-            // Content after the marker on the same line (`--- {a: 1}`) belongs to the document.
-            current.push_str(&line[3..]);
-            current.push('\n');
-        } else {
-            current.push_str(line);
-            current.push('\n');
+/// document the file line it starts on (so errors name the document and the line) and its bytes.
+/// Documents of nothing but blank lines and comments are left out.
+fn split_yaml(text: &str) -> Vec<(usize, Range<usize>)> {
+    fn push(docs: &mut Vec<(usize, Range<usize>)>, text: &str, line: usize, range: Range<usize>) {
+        let blank = text[range.clone()].lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#')
+        });
+        if !blank {
+            docs.push((line, range));
         }
     }
-    if !current.trim().is_empty() {
-        docs.push((start, current));
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut start_line = 1;
+    let mut offset = 0;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if is_document_marker(line.trim_end_matches(['\n', '\r'])) {
+            push(&mut docs, text, start_line, start..offset);
+            // Content after the marker on the same line (`--- {a: 1}`) belongs to the document.
+            start = offset + 3;
+            start_line = i + 1;
+        }
+        offset += line.len();
     }
+    push(&mut docs, text, start_line, start..text.len());
     docs
 }
 

@@ -187,6 +187,22 @@ fn all_allowed_exits_0_and_bad_input_exits_2_without_a_report() {
         run.stdout
     );
 
+    // A directory stands for its YAML and JSON files.
+    std::fs::write(dir.path().join("notes.txt"), "not: [yaml").unwrap();
+    std::fs::write(
+        dir.path().join("more.json"),
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "a"}, "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 7, "runAsGroup": 7}, "containers": []}}"#,
+    )
+    .unwrap();
+    let run = audit(&[dir.path().to_str().unwrap()]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("(all)      2        0        0       2"),
+        "{}",
+        run.stdout
+    );
+
     let broken = dir.path().join("broken.yaml");
     std::fs::write(
         &broken,

@@ -18,8 +18,8 @@ use crate::admission::Context;
 use crate::audit::{self, Extracted, Report, cluster};
 use crate::cache::cluster as cache_cluster;
 use crate::config::PolicyConfig;
-use crate::documents::read_documents;
-use crate::namespaces::{Mode, NamespaceLabels, Namespaces};
+use crate::documents::for_each_document;
+use crate::namespaces::{Mode, NamespaceLabels, Namespaces, is_namespace};
 use crate::policy::Caches;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -34,7 +34,8 @@ pub enum AuditOutput {
 
 #[derive(Args, Debug)]
 pub struct AuditArgs {
-    /// Files to audit (YAML or JSON, several documents or a List; `-` reads stdin). Pods,
+    /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
+    /// stdin; a directory's .yaml, .yml and .json files). Pods,
     /// Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and ReplicaSets are evaluated;
     /// Namespaces give their Pod Security labels; other objects are skipped.
     #[arg(value_name = "FILE|-")]
@@ -214,8 +215,8 @@ fn audit_files(
     } else {
         args.inputs.clone()
     };
-    let mut docs = Vec::new();
-    for path in &inputs {
+    let mut texts = Vec::new();
+    for path in expand_directories(&inputs)? {
         let (origin, text) = if path.as_os_str() == "-" {
             let mut s = String::new();
             std::io::stdin()
@@ -223,14 +224,24 @@ fn audit_files(
                 .context("stdin: cannot read")?;
             ("stdin".to_string(), s)
         } else {
-            let text = std::fs::read_to_string(path)
+            let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("{}: cannot read", path.display()))?;
             (path.display().to_string(), text)
         };
-        docs.extend(read_documents(&origin, &text)?);
-        progress.show(&format!("read {} objects", docs.len()));
+        texts.push((origin, text));
     }
-    namespaces.insert_documents(&docs)?;
+    // First the Namespaces (their Pod Security labels decide the prep), wherever they are in
+    // the stream: only documents that mention `Namespace` are parsed for that.
+    let mut namespace_docs = Vec::new();
+    for (origin, text) in &texts {
+        for_each_document(origin, text, Some("Namespace"), |d| {
+            if is_namespace(&d.value) {
+                namespace_docs.push(d);
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+    }
+    namespaces.insert_documents(&namespace_docs)?;
     let namespaces = namespaces.without_modes();
     let mut auditor = Auditor {
         ctx: Context {
@@ -243,15 +254,42 @@ fn audit_files(
         report: Report::new("files", keep_entries),
         skipped: Skipped::default(),
     };
-    let total = docs.len();
-    for (i, doc) in docs.into_iter().enumerate() {
-        let origin = doc.origin;
-        auditor
-            .audit(doc.value, &origin)
-            .map_err(|why| anyhow::anyhow!("{origin}: {why}"))?;
-        progress.show(&format!("evaluated {}/{total} objects", i + 1));
+    // Then every object, evaluated as soon as its document is read and dropped after.
+    let mut seen = 0;
+    for (origin, text) in &texts {
+        for_each_document(origin, text, None, |doc| {
+            seen += 1;
+            progress.show(&format!("evaluated {seen} objects"));
+            auditor
+                .audit(doc.value, &doc.origin)
+                .map_err(|why| anyhow::anyhow!("{}: {why}", doc.origin))
+        })?;
     }
     Ok(auditor.finish())
+}
+
+/// A directory stands for its `.yaml`, `.yml` and `.json` files, in name order, as
+/// `kubectl apply -f DIR` reads them (not recursively).
+fn expand_directories(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for path in inputs {
+        if !path.is_dir() {
+            out.push(path.clone());
+            continue;
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("{}: cannot read the directory", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && p.extension()
+                        .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+            })
+            .collect();
+        files.sort();
+        out.extend(files);
+    }
+    Ok(out)
 }
 
 fn audit_cluster(

@@ -10,7 +10,8 @@
 //! (metadata with labels, owner references and managed fields, a status, mixed kinds: 80 % Pods,
 //! then Deployments, Jobs and CronJobs; some denied, some with a model URI, a cache volume, octal
 //! modes, a few documents written as JSON), runs the release `modelgate audit -o json` on it
-//! `--runs` times, and prints the wall time of each run and the process's peak RSS (`VmHWM`,
+//! `--runs` times, and prints each run's wall time, its CPU time (user and system; unlike the
+//! wall time, independent of what else the machine runs) and the process's peak RSS (`VmHWM`,
 //! sampled from /proc while it runs).
 
 use std::fmt::Write as _;
@@ -198,6 +199,18 @@ fn hwm_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// CPU seconds (user, system) of this process's waited-for children so far
+/// (`cutime`/`cstime` in /proc/self/stat), at the kernel's 100 ticks a second.
+fn children_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // cutime and cstime are fields 16 and 17 of the whole line, 14 and 15 after the name.
+    let ticks = |i: usize| fields[i].parse::<f64>().unwrap() / 100.0;
+    (ticks(13), ticks(14))
+}
+
 fn main() {
     let mut objects = 20_000;
     let mut runs = 3;
@@ -235,6 +248,7 @@ fn main() {
     for run in 1..=runs {
         // The report goes to a file: a pipe nobody reads until the end would stall the child.
         let report_path = dir.join("report.json");
+        let cpu_before = children_cpu();
         let started = Instant::now();
         let mut child = Command::new(&binary)
             .args(["audit", "-o", "json"])
@@ -255,6 +269,8 @@ fn main() {
             std::thread::sleep(Duration::from_millis(2));
         };
         let elapsed = started.elapsed();
+        let cpu_after = children_cpu();
+        let (user, system) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
         let out = std::fs::read_to_string(&report_path).unwrap();
         let report: serde_json::Value = serde_json::from_str(&out).expect("a JSON report");
         assert!(
@@ -263,7 +279,7 @@ fn main() {
         );
         writeln!(
             summary,
-            "run {run}: {:.2} s, peak RSS {:.0} MiB; evaluated {} (patched {}, denied {}, unchanged {})",
+            "run {run}: {:.2} s wall, {user:.2} s user + {system:.2} s system CPU, peak RSS {:.0} MiB; evaluated {} (patched {}, denied {}, unchanged {})",
             elapsed.as_secs_f64(),
             peak as f64 / 1024.0,
             report["objects"],

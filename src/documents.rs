@@ -245,12 +245,14 @@ fn yaml_error(
     }
 }
 
-/// The parser's settings for reading as kubectl does: YAML 1.1 octal integers (`0440`), and
-/// the failures sigs.k8s.io/yaml gives (a duplicate key, `.inf`/`.nan`, which JSON cannot hold).
-/// YAML 1.1 booleans (`yes`, `on`, `y`, …) are the parser's default.
+/// The parser's settings for reading as kubectl does: YAML 1.1 octal integers (`0440`), the
+/// last of duplicate keys wins (go-yaml v2 overwrites), and `.inf`/`.nan` refused (JSON cannot
+/// hold them; kubectl refuses them too). YAML 1.1 booleans (`yes`, `on`, `y`, …) are the
+/// parser's default.
 fn kubectl_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         legacy_octal_numbers: true,
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::Reject,
     }
 }
@@ -747,15 +749,17 @@ mod kubectl_reading {
 
     #[test]
     fn what_kubectl_refuses_is_refused_with_its_line() {
-        for (text, why) in [
-            ("a: 1\nb: .inf\n", "line 2"),
-            ("a: 1\nb: .nan\n", "line 2"),
-            ("a: 1\na: 2\n", "line 2"),
-        ] {
+        for (text, why) in [("a: 1\nb: .inf\n", "line 2"), ("a: 1\nb: .nan\n", "line 2")] {
             let e = read_documents("r.yaml", text).unwrap_err().to_string();
             assert!(e.starts_with("r.yaml#1: not valid YAML: "), "{e}");
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_last_of_duplicate_keys_wins_as_in_kubectl() {
+        let docs = read_documents("d.yaml", "a: 1\nb: {c: 1}\na: 2\nb: {d: 2}\n").unwrap();
+        assert_eq!(docs[0].value, json!({"a": 2, "b": {"d": 2}}));
     }
 
     #[test]

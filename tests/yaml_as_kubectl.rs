@@ -318,6 +318,8 @@ spec:
   merged:
     <<: {inherited: 1}
     own: 2
+  duplicated: first
+  duplicated: second
 ---
 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "json-in-yaml"},
  "spec": {"a": 1.0, "b": [1, 2.5e3], "c": "0440"}}
@@ -333,6 +335,7 @@ fn scalars_read_as_kubectl_reads_them() {
     assert_eq!(spec["octal"], 288);
     assert_eq!(spec["octalNegative"], -493);
     assert_eq!(spec["integralFloat"], json!(2));
+    assert_eq!(spec["duplicated"], "second");
     assert_eq!(spec["big"], json!(1e21));
     assert_eq!(
         spec["keys"],

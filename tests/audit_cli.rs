@@ -235,6 +235,15 @@ fn all_allowed_exits_0_and_bad_input_exits_2_without_a_report() {
 
     let run = audit(&["--page-size", "0", good.to_str().unwrap()]);
     assert_exit(&run, 2);
+
+    let run = audit(&["--help"]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("Exit codes:\n  0  no object would be denied"),
+        "{}",
+        run.stdout
+    );
 }
 
 /// The fixture's workloads, in the cluster (Namespaces included), with more pods so that lists

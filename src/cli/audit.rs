@@ -33,6 +33,10 @@ pub enum AuditOutput {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Exit codes:\n  0  no object would be denied\n  1  at least one object would be denied\n  \
+2  bad input or flags, or a cluster that could not be read completely (no report is written)"
+)]
 pub struct AuditArgs {
     /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
     /// stdin; a directory's .yaml, .yml and .json files). Pods,

@@ -401,3 +401,45 @@ async fn an_expired_continue_token_ends_the_audit_with_a_clear_error() {
         run.stderr
     );
 }
+
+/// Kyverno's `require-run-as-non-root-user` resources (../shared/corpus): the same six bad
+/// security contexts as Pods, Deployments and CronJobs. The controllers are denied exactly where
+/// their pods are, with the field named in their own terms; the good ones are patched.
+#[test]
+fn controllers_in_the_kyverno_corpus_are_denied_where_their_pods_are() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/kyverno/require-run-as-non-root-user/resource.yaml");
+    if !file.is_file() {
+        println!("corpus not found at {}, skipping", file.display());
+        return;
+    }
+    let run = audit(&["-o", "json", file.to_str().unwrap()]);
+    assert_exit(&run, 1);
+    let report = json(&run);
+    assert_eq!(
+        (&report["objects"], &report["denied"], &report["patched"]),
+        (&json!(48), &json!(18), &json!(30))
+    );
+    let denials = report["denials"].as_array().unwrap();
+    let message = |kind: &str, name: &str| {
+        denials
+            .iter()
+            .find(|d| d["kind"] == kind && d["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} denied: {denials:#?}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for i in 1..=6 {
+        let pod = message("Pod", &format!("badpod0{i}"));
+        assert!(pod.starts_with("spec."), "{pod}");
+        assert_eq!(
+            message("Deployment", &format!("baddeployment0{i}")),
+            format!("spec.template.{pod}")
+        );
+        assert_eq!(
+            message("CronJob", &format!("badcronjob0{i}")),
+            format!("spec.jobTemplate.spec.template.{pod}")
+        );
+    }
+}

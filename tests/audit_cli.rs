@@ -443,3 +443,36 @@ fn controllers_in_the_kyverno_corpus_are_denied_where_their_pods_are() {
         );
     }
 }
+
+/// On a terminal (a pseudo-terminal from Python's `pty`, which the test command needs anyway),
+/// stderr gets a progress line, erased at the end; the pipe of the other tests gets none.
+#[test]
+fn a_terminal_gets_a_progress_line_that_is_erased_at_the_end() {
+    let spawned = Command::new("python3")
+        .args([
+            "-c",
+            "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)",
+        ])
+        .arg(env!("CARGO_BIN_EXE_modelgate"))
+        .args(["audit", "-o", "json", &fixture("audit-workloads.yaml")])
+        .env("KUBECONFIG", "/nonexistent")
+        .stdin(Stdio::null())
+        .output();
+    let Ok(out) = spawned else {
+        println!("python3 not found, skipping");
+        return;
+    };
+    // The terminal merges stdout and stderr, and turns \n into \r\n.
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("\r\x1b[Kaudit: evaluated 1 objects"),
+        "{screen:?}"
+    );
+    let erased = screen.rfind("\r\x1b[K").unwrap();
+    let report_starts = screen.find('{').unwrap();
+    assert!(
+        erased < report_starts,
+        "erased before the report: {screen:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{screen:?}");
+}

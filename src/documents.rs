@@ -797,3 +797,50 @@ mod kubectl_reading {
         assert_eq!(docs[1].line_of("spec.a"), Some(4));
     }
 }
+
+#[cfg(test)]
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Streams stitched from pieces that stress the splitting and the line arithmetic:
+    /// markers with and without content, CRLF and CR line ends, comments, JSON, flow, blank
+    /// documents, multi-byte text, a byte-order mark.
+    fn piece() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "---",
+            "---\n",
+            "--- {a: 1}\n",
+            "---\r\n",
+            "\r",
+            "\n",
+            "# c\n",
+            "a: 1\n",
+            "a: [\n",
+            "{\"k\": 0440}",
+            "{\"kind\": \"List\", \"items\": [1]}\n",
+            "kind: List\nitems: [{a: 1}]\n",
+            "é: ü\n",
+            "\u{feff}",
+            "  - x\n",
+            "...\n",
+            "b: !!str 0x1F\n",
+            "c: .inf\n",
+            "~\n",
+        ])
+    }
+
+    proptest! {
+        #[test]
+        fn any_stream_is_read_or_refused_without_panicking(pieces in prop::collection::vec(piece(), 0..12)) {
+            let text: String = pieces.concat();
+            if let Ok(docs) = read_documents("p.yaml", &text) {
+                for d in docs {
+                    // Finding lines must not panic either.
+                    let _ = d.line_of("a");
+                    let _ = d.locate("items[0].a");
+                }
+            }
+        }
+    }
+}

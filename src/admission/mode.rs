@@ -84,13 +84,14 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
     match (ns.mode, verdict) {
         (Mode::Off, _) => return off(),
         (Mode::Enforce, Ok(m)) => {
-            d.warnings.extend(m.warnings());
-            d.result = Some(if m.patch.is_empty() {
+            let (patch, warnings) = m.into_applied();
+            d.warnings.extend(warnings);
+            d.result = Some(if patch.is_empty() {
                 PolicyResult::Unchanged
             } else {
                 PolicyResult::Patched
             });
-            d.patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
+            d.patch = (!patch.is_empty()).then(|| patch.into_patch());
         }
         (Mode::Enforce, Err(denial)) => {
             d = Decision {

@@ -46,6 +46,21 @@ PY_REQUIREMENTS=(
   "iniconfig==2.3.1"
   "Pygments==2.21.0"
   "ruff==0.17.5"
+  # tests/assets: a CEL evaluator (cel-rust bindings) for the webhooks' matchConditions, and
+  # what it needs (its package imports its command line, hence typer and rich)
+  "common-expression-language==0.10.0"
+  "typer==0.29.2"
+  "annotated-doc==0.0.7"
+  "annotated-types==0.8.0"
+  "rich==15.0.0"
+  "markdown-it-py==4.3.0"
+  "mdurl==0.1.2"
+  "prompt_toolkit==3.0.53"
+  "pydantic==2.14.4"
+  "pydantic_core==2.50.5"
+  "shellingham==1.5.4"
+  "typing-inspection==0.4.5"
+  "wcwidth==0.9.4"
 )
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 HADOLINT_VERSION="2.15.1"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +42,10 @@ class Assets:
     _renders: dict[str, Path] = field(default_factory=dict)
 
     def tool(self, name: str) -> str:
+        """A pinned tool of scripts/install-tools.sh; never one that happens to be on PATH."""
         path = self.bin / name
-        if path.exists():
-            return str(path)
-        found = shutil.which(name)
-        expect(found, f"{name} not found in {self.bin} nor on PATH (scripts/install-tools.sh installs it)")
-        return str(found)
+        expect(path.exists(), f"{name} not found in {self.bin} (scripts/install-tools.sh installs it)")
+        return str(path)
 
     @property
     def helm(self) -> str:

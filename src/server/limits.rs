@@ -18,6 +18,10 @@ pub const MAX_SEND_BUF_BYTES: usize = 64 * 1024;
 /// flight, a connection this much over all its streams.
 pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
 pub const CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
+/// Kernel send buffer of each connection (the kernel doubles it): what a client that does not
+/// read its answers can leave queued in the kernel, instead of up to `tcp_wmem`'s 4 MiB. Answers
+/// are a few KiB; socket memory counts against the container's memory limit.
+pub const SOCKET_SEND_BUF_BYTES: usize = 64 * 1024;
 /// HTTP/2 keep-alive: a PING after this much silence, and the connection closes when its answer
 /// does not come within the timeout.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -28,25 +32,25 @@ pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Open webhook connections in total; a connection beyond it is closed as soon as it is
     /// accepted, established ones are not disturbed.
-    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 512,
+    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 256,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
 
     /// Streams (requests) one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long, env = "MODELGATE_MAX_CONCURRENT_STREAMS", default_value_t = 32,
+    #[arg(long, env = "MODELGATE_MAX_CONCURRENT_STREAMS", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_concurrent_streams: u32,
 
-    /// Requests whose body is being read or reviewed, over all connections; beyond it a request
-    /// gets a fast 429. A request counts from its first body byte, so a stream whose body never
-    /// comes costs only its headers.
-    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 24,
+    /// Requests whose body is being read or reviewed, over all connections. A request counts
+    /// from its first body byte (a stream whose body never comes costs only its headers); beyond
+    /// the limit requests wait in arrival order, and get 429 after --body-progress-timeout.
+    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_requests_in_flight: u32,
 
     /// Largest request header list (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE, decoded; HTTP/1.1: the
     /// request head).
-    #[arg(long, env = "MODELGATE_MAX_HEADER_LIST_BYTES", default_value_t = 16 * 1024,
+    #[arg(long, env = "MODELGATE_MAX_HEADER_LIST_BYTES", default_value_t = 8 * 1024,
           value_parser = clap::value_parser!(u32).range(1024..=1 << 20))]
     pub max_header_list_bytes: u32,
 
@@ -70,10 +74,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: 512,
-            max_concurrent_streams: 32,
-            max_requests_in_flight: 24,
-            max_header_list_bytes: 16 * 1024,
+            max_connections: 256,
+            max_concurrent_streams: 16,
+            max_requests_in_flight: 16,
+            max_header_list_bytes: 8 * 1024,
             max_pending_accept_resets: 20,
             idle_timeout: Duration::from_secs(60),
             body_progress_timeout: Duration::from_secs(2),

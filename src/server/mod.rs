@@ -352,6 +352,11 @@ async fn accept_loop(
             tracing::debug!(%peer, "connection closed: no TLS certificate loaded");
             continue;
         };
+        if let Err(e) =
+            socket2::SockRef::from(&tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
+        {
+            tracing::debug!(%peer, error = %e, "cannot set the socket send buffer size");
+        }
         let acceptor = TlsAcceptor::from(config);
         let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
         let activity = Arc::new(Activity::new());
@@ -373,8 +378,15 @@ async fn accept_loop(
             let stream = match tokio::time::timeout(header_read_timeout, acceptor.accept(tcp)).await
             {
                 Ok(Ok(stream)) => stream,
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    tracing::debug!(%peer, "connection closed during the TLS handshake");
+                Ok(Err(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    tracing::debug!(%peer, error = %e, "connection closed by the client during the TLS handshake");
                     return;
                 }
                 Ok(Err(e)) => {
@@ -594,7 +606,9 @@ struct Refusal {
 
 /// Reads the body: at most `--max-body-bytes`, each part within `--body-progress-timeout` of
 /// the one before, all of it within the request's budget. From its first part on, the request
-/// holds one of the `--max-requests-in-flight` slots, returned with the body; none free: 429.
+/// holds one of the `--max-requests-in-flight` slots, returned with the body. Requests wait for
+/// a slot in arrival order (a busy moment delays them, whoever sent them); one that has none
+/// within the progress timeout gets 429.
 async fn read_body<'s>(
     state: &'s AppState,
     req: Request,
@@ -669,13 +683,15 @@ async fn read_body<'s>(
             }
         };
         if slot.is_none() {
-            let Ok(permit) = state.body_slots.try_acquire() else {
+            let wait = (tokio::time::Instant::now() + progress).min(deadline);
+            let Ok(Ok(permit)) = tokio::time::timeout_at(wait, state.body_slots.acquire()).await
+            else {
                 return Err(Refusal {
                     status: StatusCode::TOO_MANY_REQUESTS,
                     reason: "too_many_requests",
                     status_reason: "TooManyRequests",
                     message: format!(
-                        "{} requests are being read already (--max-requests-in-flight); retry",
+                        "{} requests were being read for {progress:?} (--max-requests-in-flight); retry",
                         state.limits.max_requests_in_flight
                     ),
                 });

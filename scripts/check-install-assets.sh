@@ -636,6 +636,11 @@ check "schema accepts runAsUser: none" schema_accepts "--run-as-user=none" --set
 check "schema rejects runAsGroup: -1" schema_rejects /runAsGroup --set runAsGroup=-1
 check "schema accepts runAsGroup: 0" schema_accepts "--run-as-group=0" --set runAsGroup=0
 check "schema accepts runAsGroup: none" schema_accepts "--run-as-group=none" --set runAsGroup=none
+check "schema rejects limits.maxConnections: 0" schema_rejects /limits/maxConnections --set limits.maxConnections=0
+check "schema rejects limits.bodyProgressTimeoutSeconds: 31" schema_rejects /limits/bodyProgressTimeoutSeconds --set limits.bodyProgressTimeoutSeconds=31
+check "schema rejects an unknown key under limits" schema_rejects /limits --set limits.maxStreams=1
+check "schema accepts limits.maxConnections: 1000" schema_accepts "--max-connections=1000" --set limits.maxConnections=1000
+check "schema accepts limits.idleTimeoutSeconds: 300" schema_accepts "--idle-timeout=300s" --set limits.idleTimeoutSeconds=300
 check "schema rejects defaultFSGroup: -1" schema_rejects /defaultFSGroup --set defaultFSGroup=-1
 check "schema rejects defaultFSGroup: 2147483648" schema_rejects /defaultFSGroup --set defaultFSGroup=2147483648
 check "schema rejects defaultFSGroup: none" schema_rejects /defaultFSGroup --set defaultFSGroup=none

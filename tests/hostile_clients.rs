@@ -466,7 +466,7 @@ fn open_files() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_streams_are_bounded_by_connections_streams_and_the_body_progress_deadline() {
     // 400 connections, each opening 100 streams whose promised body never comes (40 000
-    // streams). --max-connections keeps 256 of the connections, --max-concurrent-streams refuses
+    // streams). --max-connections keeps 128 of the connections, --max-concurrent-streams refuses
     // all but 16 streams on each, and the body-progress deadline answers those 408 after 2 s.
     let outcome = under_attack("stalled streams", &[], |t| async move {
         let mut conns = Vec::new();
@@ -806,7 +806,7 @@ async fn ten_thousand_idle_connections_are_refused_beyond_max_connections() {
         drop(held);
     })
     .await;
-    // The server keeps at most --max-connections (256, the well-behaved client's among them)
+    // The server keeps at most --max-connections (128, the well-behaved client's among them)
     // and refuses the others before any TLS work. Not every connect the client saw succeed
     // reaches accept() (the kernel's accept queue overflows), hence "most".
     assert!(
@@ -866,10 +866,10 @@ async fn http1_pipelining_floods_that_never_read_are_closed() {
 async fn tls_handshake_floods_are_bounded_by_the_handshake_timeout_and_max_connections() {
     // Full handshakes as fast as 4 clients can make them, and 600 half-open ones (a ClientHello,
     // then silence) that hold their connection until the handshake timeout; beyond
-    // --max-connections (300 here) they are refused.
+    // --max-connections (128) they are refused.
     let outcome = under_attack(
         "TLS handshake flood",
-        &["--header-read-timeout=1s", "--max-connections=300"],
+        &["--header-read-timeout=1s"],
         |t| async move {
             let end = Instant::now() + ATTACK;
             let mut tasks = Vec::new();

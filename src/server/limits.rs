@@ -15,9 +15,10 @@ pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// Response bytes h2 buffers per stream for a client that does not read; answers are a few KiB.
 pub const MAX_SEND_BUF_BYTES: usize = 64 * 1024;
 /// h2 flow-control windows offered to clients: a stream may have this much of its body in
-/// flight, a connection this much over all its streams.
-pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
-pub const CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
+/// flight, a connection this much over all its streams. Body data not yet read (a request
+/// waiting for an in-flight slot) is bounded by the connection window.
+pub const STREAM_WINDOW_BYTES: u32 = 128 * 1024;
+pub const CONNECTION_WINDOW_BYTES: u32 = 256 * 1024;
 /// Kernel send buffer of each connection (the kernel doubles it): what a client that does not
 /// read its answers can leave queued in the kernel, instead of up to `tcp_wmem`'s 4 MiB. Answers
 /// are a few KiB; socket memory counts against the container's memory limit.
@@ -32,7 +33,7 @@ pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Open webhook connections in total; a connection beyond it is closed as soon as it is
     /// accepted, established ones are not disturbed.
-    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 256,
+    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
 
@@ -44,7 +45,7 @@ pub struct Limits {
     /// Requests whose body is being read or reviewed, over all connections. A request counts
     /// from its first body byte (a stream whose body never comes costs only its headers); beyond
     /// the limit requests wait in arrival order, and get 429 after --body-progress-timeout.
-    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 16,
+    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_requests_in_flight: u32,
 
@@ -74,9 +75,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: 256,
+            max_connections: 128,
             max_concurrent_streams: 16,
-            max_requests_in_flight: 16,
+            max_requests_in_flight: 8,
             max_header_list_bytes: 8 * 1024,
             max_pending_accept_resets: 20,
             idle_timeout: Duration::from_secs(60),

@@ -359,15 +359,7 @@ async fn accept_loop(
         }
         let acceptor = TlsAcceptor::from(config);
         let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
-        let activity = Arc::new(Activity::new());
-        let service = {
-            let activity = activity.clone();
-            let router = TowerToHyperService::new(app.clone());
-            hyper::service::service_fn(move |req| {
-                activity.request_started();
-                hyper::service::Service::call(&router, req)
-            })
-        };
+        let router = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let settings = settings.clone();
         let stop = stop.clone();
@@ -404,6 +396,15 @@ async fn accept_loop(
                 Some(b"h2") => h2,
                 Some(b"http/1.1") => h1,
                 _ => http,
+            };
+            // The first request's time starts once the handshake is done.
+            let activity = Arc::new(Activity::new());
+            let service = {
+                let activity = activity.clone();
+                hyper::service::service_fn(move |req| {
+                    activity.request_started();
+                    hyper::service::Service::call(&router, req)
+                })
             };
             let conn = http.serve_connection(TokioIo::new(stream), service);
             if let Some(reason) = watch_connection(conn, &activity, &settings, stop).await {

@@ -45,7 +45,7 @@ pub struct Limits {
     /// Requests whose body is being read or reviewed, over all connections. A request counts
     /// from its first body byte (a stream whose body never comes costs only its headers); beyond
     /// the limit requests wait in arrival order, and get 429 after --body-progress-timeout.
-    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 8,
+    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_requests_in_flight: u32,
 
@@ -77,7 +77,7 @@ impl Default for Limits {
         Limits {
             max_connections: 128,
             max_concurrent_streams: 16,
-            max_requests_in_flight: 8,
+            max_requests_in_flight: 4,
             max_header_list_bytes: 8 * 1024,
             max_pending_accept_resets: 20,
             idle_timeout: Duration::from_secs(60),

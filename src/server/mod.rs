@@ -17,6 +17,7 @@
 pub mod deadline;
 pub mod limits;
 pub mod metrics;
+pub mod process_metrics;
 pub mod shutdown;
 pub mod tls;
 

@@ -145,6 +145,9 @@ def test_schema_accepts_init_container_user(assets: Assets, v: str) -> None:
         ("/matchConditions/excludePriorityClasses/0", ["--set", "matchConditions.excludePriorityClasses={Not_A_Name}"]),
         ("/monitoring/serviceMonitor/interval", ["--set", "monitoring.serviceMonitor.interval=often"]),
         ("/monitoring/prometheusRule/errorRatio", ["--set", "monitoring.prometheusRule.errorRatio=2"]),
+        ("/limits/maxConnections", ["--set", "limits.maxConnections=0"]),
+        ("/limits/bodyProgressTimeoutSeconds", ["--set", "limits.bodyProgressTimeoutSeconds=31"]),
+        ("/limits", ["--set", "limits.maxStreams=1"]),
         ("", ["--set", "initcontainer.user=5"]),
     ],
     ids=lambda v: v if isinstance(v, str) else " ".join(v),
@@ -162,6 +165,8 @@ def test_schema_rejects(assets: Assets, field: str, args: list[str]) -> None:
         ("--default-fsgroup=0", ["--set", "defaultFSGroup=0"]),
         ("--model-cache-prep=never", ["--set", "modelCachePrep=never"]),
         ("--default-mode=audit", ["--set", "defaultMode=audit"]),
+        ("--max-connections=1000", ["--set", "limits.maxConnections=1000"]),
+        ("--idle-timeout=300s", ["--set", "limits.idleTimeoutSeconds=300"]),
     ],
 )
 def test_schema_accepts(assets: Assets, want: str, args: list[str]) -> None:

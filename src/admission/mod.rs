@@ -198,7 +198,7 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
         Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
         Err(_) => req.namespace.as_str(),
     };
-    if ctx.config.is_exempt(namespace) {
+    if is_exempt(ctx, namespace, &decoded) {
         let mut d = Decision::allow();
         d.object_namespace = Some(namespace.to_string());
         d.object_name = decoded.ok().and_then(|d| d.name().map(str::to_string));
@@ -228,6 +228,17 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
         .ok()
         .and_then(|d| d.name().map(str::to_string));
     decision
+}
+
+/// The annotation the kubelet puts on the mirror of a static pod.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Objects allowed untouched (SPEC.md §1), whatever the namespace's mode: those of an exempt
+/// namespace, and mirror pods. A mirror pod only reflects a static pod the kubelet runs from a
+/// file on its node: the API server cannot change what runs, and refusing the mirror only hides
+/// the pod from the cluster.
+fn is_exempt(ctx: &Context, namespace: &str, decoded: &Result<DecodedObject, Denial>) -> bool {
+    ctx.config.is_exempt(namespace) || decoded.as_ref().is_ok_and(|d| d.is_mirror_pod())
 }
 
 /// The policy's verdict for one webhook, as `enforce` applies it.
@@ -436,6 +447,14 @@ impl DecodedObject {
             Object::Pod(p) => p.metadata.as_ref(),
             Object::Job(j) => j.metadata.as_ref(),
         }
+    }
+
+    fn is_mirror_pod(&self) -> bool {
+        matches!(self.object, Object::Pod(_))
+            && self
+                .metadata()
+                .and_then(|m| m.annotations.as_ref())
+                .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
     }
 
     fn namespace(&self) -> Option<&str> {

@@ -83,8 +83,15 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
     d.warnings.extend(ns.label_warning);
     match (ns.mode, verdict) {
         (Mode::Off, _) => return off(),
-        (Mode::Enforce, Ok(m)) => {
-            d.warnings.extend(m.warnings());
+        (Mode::Enforce, Ok(mut m)) => {
+            // The warnings move to the answer; the changes stay on the decision, for reports
+            // that count by rule (`audit`). Nothing is copied.
+            d.warnings.extend(
+                m.changes
+                    .iter_mut()
+                    .filter_map(|c| c.applied_warning.take()),
+            );
+            d.warnings.extend(m.notes);
             d.result = Some(if m.patch.is_empty() {
                 PolicyResult::Unchanged
             } else {

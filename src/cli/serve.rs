@@ -20,7 +20,7 @@ use crate::server::deadline::parse_duration;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
-use crate::server::{ServeOptions, Server};
+use crate::server::{Limits, ServeOptions, Server};
 
 /// The sample that `--dev`'s curl command sends.
 pub const SAMPLE_REVIEW: &str = include_str!("../../examples/admissionreview-pod.json");
@@ -101,6 +101,9 @@ pub struct ServeArgs {
     pub certs_dir: PathBuf,
 
     #[command(flatten)]
+    pub limits: Limits,
+
+    #[command(flatten)]
     pub cluster: ClusterCacheArgs,
 
     #[command(flatten)]
@@ -155,6 +158,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
+    open_files_for(args.limits.max_connections);
     let super::LoadedFiles {
         index,
         namespaces,
@@ -247,6 +251,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
+        limits: args.limits.clone(),
         config: args.policy.clone().finalize(),
         store: caches.store.clone(),
         namespaces: namespace_store,
@@ -273,6 +278,20 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     drop(caches);
     drop(namespace_watch);
     result
+}
+
+/// Each connection is a file descriptor: raise the soft limit as far as the hard one allows,
+/// and say so when even that is below `--max-connections` (accepts then fail with EMFILE).
+fn open_files_for(max_connections: u32) {
+    match crate::server::limits::raise_open_files_limit() {
+        Ok(limit) if limit < u64::from(max_connections) + 64 => tracing::warn!(
+            open_files = limit,
+            max_connections,
+            "the open-files limit is below --max-connections plus a margin; raise it (ulimit -n) or lower --max-connections"
+        ),
+        Ok(limit) => tracing::debug!(open_files = limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
 }
 
 /// Reading `--caches` builds a large transient JSON tree (100 000 caches: ~250 MiB). The

@@ -146,6 +146,18 @@ impl Mutation {
             .chain(self.notes.iter().cloned())
             .collect()
     }
+
+    /// The patch and the warnings of the mutation as applied ([`Mutation::warnings`]), without
+    /// copying them.
+    pub fn into_applied(self) -> (PatchBuilder, Vec<String>) {
+        let warnings = self
+            .changes
+            .into_iter()
+            .filter_map(|c| c.applied_warning)
+            .chain(self.notes)
+            .collect();
+        (self.patch, warnings)
+    }
 }
 
 /// Sets `fields` in the security context at `object` (one operation when it does not exist
@@ -158,10 +170,9 @@ fn set_security_fields(
 ) {
     let mut map = serde_json::Map::new();
     for (key, value, rule) in fields {
-        m.changes.push(Change::new(
-            rule,
-            format!("set {}={value}", object.key(key)),
-        ));
+        // `object` is never the root, so `<object>.<key>` is the field's path.
+        m.changes
+            .push(Change::new(rule, format!("set {object}.{key}={value}")));
         map.insert(key.into(), value);
     }
     m.patch.set_fields(object, exists, map);

@@ -223,3 +223,18 @@ fn violations_carry_their_rule() {
         ]
     );
 }
+
+#[test]
+fn uris_are_shortened_in_the_middle_on_character_boundaries() {
+    assert_eq!(shorten_uri("hf://org/m", 10), "hf://org/m");
+    let short = shorten_uri("hf://org/model/weights", 12);
+    assert_eq!(short, "hf://…ghts");
+    assert!(short.len() <= 12);
+    let uri = "gs://bücket/ünïcödé/ﬁle";
+    for room in 0..40 {
+        let s = shorten_uri(uri, room);
+        assert!(s.len() <= room.max(3), "{room}: {s}");
+        assert_eq!(s.contains('…'), uri.len() > room, "{room}: {s}");
+        assert!(s.starts_with("gs") || room < 6, "{room}: {s}");
+    }
+}

@@ -154,6 +154,9 @@ struct Options {
     caches_100k: usize,
     /// A command to run serve under (`valgrind --tool=callgrind`), split at spaces.
     serve_prefix: Vec<String>,
+    /// `RUST_LOG` for serve (default: unset, so serve's own default `info`: one line per
+    /// admission); `warn` measures serve without the admission line.
+    serve_log: Option<String>,
 }
 
 fn parse_options() -> anyhow::Result<Options> {
@@ -166,6 +169,7 @@ fn parse_options() -> anyhow::Result<Options> {
         rss: true,
         caches_100k: 100_000,
         serve_prefix: Vec::new(),
+        serve_log: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -186,11 +190,12 @@ fn parse_options() -> anyhow::Result<Options> {
             "--serve-prefix" => {
                 o.serve_prefix = value()?.split_whitespace().map(String::from).collect()
             }
+            "--serve-log" => o.serve_log = Some(value()?),
             "-h" | "--help" => {
                 println!(
                     "usage: loadgen [--requests N] [--warmup N] [--max-seconds S] \
                      [--concurrency 1,16,64] [--review NAME] [--caches-count N] [--no-rss] \
-                     [--serve-prefix 'valgrind --tool=callgrind']\n\
+                     [--serve-prefix 'valgrind --tool=callgrind'] [--serve-log RUST_LOG]\n\
                      NAME is a file in benches/reviews without .json (default llm-serving-pod)"
                 );
                 std::process::exit(0);
@@ -273,6 +278,7 @@ fn spawn_serve(
     certs: &modelgate::cli::certs::DevCerts,
     caches: &Path,
     prefix: &[String],
+    log: Option<&str>,
 ) -> anyhow::Result<Server> {
     let addr = free_port()?;
     let probe = free_port()?;
@@ -297,6 +303,7 @@ fn spawn_serve(
         .arg("--caches")
         .arg(caches)
         .env_remove("RUST_LOG")
+        .envs(log.map(|filter| ("RUST_LOG", filter)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file(dir, name)?)
@@ -615,7 +622,14 @@ fn driver_main() -> anyhow::Result<()> {
         o.max_seconds,
         load_average()
     );
-    let serve = spawn_serve(dir.path(), "serve", &certs, &caches_path, &o.serve_prefix)?;
+    let serve = spawn_serve(
+        dir.path(),
+        "serve",
+        &certs,
+        &caches_path,
+        &o.serve_prefix,
+        o.serve_log.as_deref(),
+    )?;
     let floor = spawn_floor(dir.path(), &certs, &review_path, &caches_path)?;
 
     let rows = runtime.block_on(async {
@@ -739,7 +753,7 @@ fn rss_with_many_caches(
     let size = std::fs::metadata(&path)?.len();
 
     let started = Instant::now();
-    let serve = spawn_serve(dir, "serve-many", certs, &path, &[])?;
+    let serve = spawn_serve(dir, "serve-many", certs, &path, &[], None)?;
     let pid = serve.child.id();
     let (ready, errors) = runtime.block_on(async {
         let client = Client::new(&certs.ca, serve.addr, Proto::H1)?;

@@ -736,6 +736,10 @@ struct Escaped<'a>(&'a str);
 impl std::fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use std::fmt::Write as _;
+        // Names and uids almost never hold one: then the whole string in one write.
+        if !self.0.chars().any(char::is_control) {
+            return f.write_str(self.0);
+        }
         for c in self.0.chars() {
             if c.is_control() {
                 write!(f, "{}", c.escape_default())?;

@@ -1,10 +1,10 @@
 //! Encoding the answer: the one place a decision becomes bytes on the wire.
 //!
-//! The response is serialised straight from borrowed data. kube-core's `AdmissionResponse` is
+//! The response is written straight from borrowed data. kube-core's `AdmissionResponse` is
 //! not used here because it serialises the patch bytes as a number array, where the API server
 //! expects base64 (the documented format).
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use base64::Engine;
 use serde::Serialize;
@@ -15,40 +15,15 @@ use crate::policy::MAX_WARNING_LEN;
 
 /// The last resort for a warning the policy could not fit (the policy shortens URIs itself so
 /// that names survive): cut at the API server's limit, on a character boundary, marked `…`.
-fn clip_warning(w: &str) -> String {
+fn clip_warning(w: &str) -> Cow<'_, str> {
     if w.len() <= MAX_WARNING_LEN {
-        return w.to_string();
+        return Cow::Borrowed(w);
     }
     let mut end = MAX_WARNING_LEN - '…'.len_utf8();
     while !w.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &w[..end])
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: &'a BTreeMap<&'static str, String>,
+    Cow::Owned(format!("{}…", &w[..end]))
 }
 
 /// A `metav1.Status`, as the API server shows it to the user on a denial.
@@ -72,43 +47,80 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
+/// Room for a typical answer (an LLM serving pod's patch is about 3 KiB of base64), so that the
+/// body is allocated once.
+const RESPONSE_CAPACITY: usize = 4096;
+
 /// An AdmissionReview response for a decoded envelope.
 pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
-    let status = decision.message.as_deref().map(|message| {
-        let code = decision.code.unwrap_or(403);
-        StatusOut {
-            api_version: None,
-            kind: None,
-            status: "Failure",
-            code,
-            reason: reason(code),
-            message,
-        }
-    });
-    let patch = decision
-        .patch
-        .as_ref()
-        .filter(|p| !p.0.is_empty())
-        .and_then(|p| serde_json::to_vec(p).ok())
-        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
-    let review = ReviewOut {
-        api_version: envelope.api_version.as_str(),
-        kind: "AdmissionReview",
-        response: ResponseOut {
-            uid: &envelope.uid,
-            allowed: decision.allowed,
-            status,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-            warnings: decision.warnings.iter().map(|w| clip_warning(w)).collect(),
-            audit_annotations: &decision.audit_annotations,
-        },
-    };
     Outcome {
         http_status: 200,
-        body: serde_json::to_vec(&review).unwrap_or_default(),
+        body: write_review(envelope, decision).unwrap_or_default(),
         summary,
     }
+}
+
+/// The AdmissionReview written once into the body: fixed keys as literals, strings escaped by
+/// serde_json, the patch serialised into one buffer and base64-encoded straight into the body
+/// (base64 needs no escaping, so it is not passed through a JSON string writer). Keys in the
+/// order of `admission.k8s.io/v1`'s `AdmissionResponse`; empty `patch`, `warnings` and
+/// `auditAnnotations` are left out.
+fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(RESPONSE_CAPACITY);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    serde_json::to_writer(&mut out, envelope.api_version.as_str())?;
+    out.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+    serde_json::to_writer(&mut out, &envelope.uid)?;
+    out.extend_from_slice(if decision.allowed {
+        b",\"allowed\":true"
+    } else {
+        b",\"allowed\":false"
+    });
+    if let Some(message) = decision.message.as_deref() {
+        let code = decision.code.unwrap_or(403);
+        out.extend_from_slice(b",\"status\":");
+        serde_json::to_writer(
+            &mut out,
+            &StatusOut {
+                api_version: None,
+                kind: None,
+                status: "Failure",
+                code,
+                reason: reason(code),
+                message,
+            },
+        )?;
+    }
+    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.0.is_empty()) {
+        let json = serde_json::to_vec(patch)?;
+        out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
+        let start = out.len();
+        let len = base64::encoded_len(json.len(), true).ok_or_else(|| {
+            serde_json::Error::io(std::io::Error::other("patch too large to encode"))
+        })?;
+        out.resize(start + len, 0);
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(&json, &mut out[start..])
+            .map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
+        out.truncate(start + written);
+        out.push(b'"');
+    }
+    if !decision.warnings.is_empty() {
+        out.extend_from_slice(b",\"warnings\":[");
+        for (i, warning) in decision.warnings.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, clip_warning(warning).as_ref())?;
+        }
+        out.push(b']');
+    }
+    if !decision.audit_annotations.is_empty() {
+        out.extend_from_slice(b",\"auditAnnotations\":");
+        serde_json::to_writer(&mut out, &decision.audit_annotations)?;
+    }
+    out.extend_from_slice(b"}}");
+    Ok(out)
 }
 
 /// HTTP 400 with a Kubernetes `Status` body, for a body that is no AdmissionReview at all.
@@ -142,5 +154,64 @@ mod tests {
         assert!(clipped.len() <= MAX_WARNING_LEN);
         assert!(clipped.ends_with('…'));
         assert_eq!(clip_warning("short"), "short");
+    }
+
+    fn written(decision: &Decision) -> serde_json::Value {
+        let envelope = Envelope {
+            api_version: super::super::decode::ApiVersion::V1,
+            uid: "a\"b\n".into(),
+        };
+        let body = write_review(&envelope, decision).unwrap();
+        serde_json::from_slice(&body).expect("the body is one JSON document")
+    }
+
+    #[test]
+    fn every_field_is_written_and_the_patch_is_base64_json() {
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "add", "path": "/metadata/labels/a~1b", "value": "é\"x"}
+        ]))
+        .unwrap();
+        let decision = Decision {
+            allowed: true,
+            patch: Some(patch.clone()),
+            warnings: vec!["one".into(), "é".repeat(200)],
+            audit_annotations: [("mode", "enforce".to_string())].into(),
+            ..Default::default()
+        };
+        let value = written(&decision);
+        let response = &value["response"];
+        assert_eq!(value["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(value["kind"], "AdmissionReview");
+        assert_eq!(response["uid"], "a\"b\n");
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(response["patch"].as_str().unwrap())
+            .unwrap();
+        let decoded: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(decoded, patch);
+        assert_eq!(response["warnings"][0], "one");
+        assert!(response["warnings"][1].as_str().unwrap().ends_with('…'));
+        assert_eq!(response["auditAnnotations"]["mode"], "enforce");
+        assert!(response.get("status").is_none());
+    }
+
+    #[test]
+    fn a_denial_has_a_status_and_no_empty_fields() {
+        let decision = Decision {
+            allowed: false,
+            message: Some("no".into()),
+            patch: Some(json_patch::Patch(Vec::new())),
+            ..Default::default()
+        };
+        let value = written(&decision);
+        assert_eq!(
+            value["response"],
+            serde_json::json!({
+                "uid": "a\"b\n",
+                "allowed": false,
+                "status": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": "no"}
+            })
+        );
     }
 }

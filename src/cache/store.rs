@@ -26,7 +26,7 @@ impl CacheView {
         if self.synced {
             Caches::Ready(&self.index)
         } else {
-            Caches::NotSynced
+            Caches::NotSynced(&self.index)
         }
     }
 }

@@ -160,11 +160,13 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             skipped.join(", ")
         );
     }
-    let (caches, namespace_caches, node_groups) = index.counts();
+    let counts = index.counts();
     tracing::info!(
-        caches,
-        namespace_caches,
-        node_groups,
+        caches = counts.cluster_caches,
+        namespace_caches = counts.namespace_caches,
+        node_groups = counts.node_groups,
+        pvcs = counts.pvcs,
+        nodes = counts.nodes,
         files = args.caches.files.len(),
         "model caches loaded from files"
     );

@@ -176,6 +176,7 @@ mod tests {
             kind: "Pod",
             namespace: "t",
             annotations: None,
+            labels: None,
             has_metadata: true,
             spec: &spec,
             raw_init_containers: Some(&raw),

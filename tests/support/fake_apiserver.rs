@@ -2,7 +2,11 @@
 //! speaking the list and watch protocol of custom resources the way the real server does.
 //!
 //! - `GET /apis/<group>/<version>/<plural>` (and `/namespaces/<ns>/<plural>`): a JSON list whose
-//!   `metadata.resourceVersion` is the server's current revision.
+//!   `metadata.resourceVersion` is the server's current revision. The core kinds routing reads
+//!   are served the same way under `/api/v1/` (`persistentvolumeclaims`, `nodes`).
+//! - A request whose `Accept` asks for `as=PartialObjectMetadataList` (lists) or
+//!   `as=PartialObjectMetadata` (watches) gets `PartialObjectMetadata` objects, metadata only, as
+//!   the real server answers kube's metadata watcher: nothing but metadata can be read from them.
 //! - `?watch=true|1&resourceVersion=R`: newline-delimited `ADDED`/`MODIFIED`/`DELETED` events
 //!   after `R` (replayed from history, then live), `BOOKMARK`s when `allowWatchBookmarks=true`,
 //!   closed after `timeoutSeconds`. A resourceVersion older than the last compaction gets
@@ -32,20 +36,28 @@ use serde_json::{Value, json};
 pub const GROUP: &str = "serving.kserve.io";
 pub const VERSION: &str = "v1alpha1";
 
-/// The three model-cache resources: plural, kind, namespaced.
+/// The served resources: plural, kind, namespaced, apiVersion.
 pub const CACHES: &str = "localmodelcaches";
 pub const NAMESPACE_CACHES: &str = "localmodelnamespacecaches";
 pub const NODE_GROUPS: &str = "localmodelnodegroups";
-const RESOURCES: [(&str, &str, bool); 3] = [
-    (CACHES, "LocalModelCache", false),
-    (NAMESPACE_CACHES, "LocalModelNamespaceCache", true),
-    (NODE_GROUPS, "LocalModelNodeGroup", false),
+pub const PVCS: &str = "persistentvolumeclaims";
+pub const NODES: &str = "nodes";
+/// Every resource modelgate watches; the core ones are always installed.
+pub const ALL: [&str; 5] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS, PVCS, NODES];
+const KSERVE: &str = "serving.kserve.io/v1alpha1";
+const RESOURCES: [(&str, &str, bool, &str); 5] = [
+    (CACHES, "LocalModelCache", false, KSERVE),
+    (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
+    (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
+    (PVCS, "PersistentVolumeClaim", true, "v1"),
+    (NODES, "Node", false, "v1"),
 ];
 
 type Key = (String, String);
 
 struct Resource {
     kind: &'static str,
+    api_version: &'static str,
     namespaced: bool,
     installed: bool,
     objects: BTreeMap<Key, Value>,
@@ -59,6 +71,7 @@ struct Watch {
     plural: String,
     namespace: Option<String>,
     bookmarks: bool,
+    metadata_only: bool,
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
@@ -66,6 +79,8 @@ struct Watch {
 pub struct Counts {
     pub lists: usize,
     pub watches: usize,
+    /// Of those, the requests for `PartialObjectMetadata` (metadata only).
+    pub metadata_only: usize,
 }
 
 struct Inner {
@@ -89,6 +104,11 @@ pub struct FakeApiServer {
     inner: Arc<Mutex<Inner>>,
     /// The accept loop, aborted by [`FakeApiServer::take_down`].
     serving: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+/// An object as `PartialObjectMetadata`, as the API server answers a metadata-only request.
+fn partial(object: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -118,11 +138,12 @@ impl FakeApiServer {
     pub async fn start(installed: &[&str]) -> Self {
         let resources = RESOURCES
             .iter()
-            .map(|&(plural, kind, namespaced)| {
+            .map(|&(plural, kind, namespaced, api_version)| {
                 let r = Resource {
                     kind,
+                    api_version,
                     namespaced,
-                    installed: installed.contains(&plural),
+                    installed: api_version == "v1" || installed.contains(&plural),
                     objects: BTreeMap::new(),
                     history: Vec::new(),
                     fail_lists: None,
@@ -228,7 +249,7 @@ impl FakeApiServer {
         let rv = inner.revision;
         let r = inner.resources.get_mut(plural).unwrap();
         assert!(r.installed, "{plural}: CRD not installed");
-        object["apiVersion"] = json!(format!("{GROUP}/{VERSION}"));
+        object["apiVersion"] = json!(r.api_version);
         object["kind"] = json!(r.kind);
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
         let key = key_of(&object);
@@ -302,14 +323,14 @@ impl FakeApiServer {
         let rv = inner.revision.to_string();
         let mut kinds = HashMap::new();
         for (plural, r) in &inner.resources {
-            kinds.insert(plural.clone(), r.kind);
+            kinds.insert(plural.clone(), (r.kind, r.api_version));
         }
         inner.watches.retain(|w| {
             if !w.bookmarks {
                 return true;
             }
             let bookmark = json!({
-                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": kinds[&w.plural],
+                "apiVersion": kinds[&w.plural].1, "kind": kinds[&w.plural].0,
                 "metadata": {"resourceVersion": rv},
             });
             w.tx.unbounded_send(line("BOOKMARK", &bookmark)).is_ok()
@@ -353,14 +374,22 @@ impl Inner {
             if w.plural != plural || (w.namespace.is_some() && w.namespace.as_deref() != ns) {
                 return !w.tx.is_closed();
             }
-            w.tx.unbounded_send(line(kind, object)).is_ok()
+            let sent = if w.metadata_only {
+                partial(object)
+            } else {
+                object.clone()
+            };
+            w.tx.unbounded_send(line(kind, &sent)).is_ok()
         });
     }
 }
 
-/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` → (namespace, plural).
+/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` or `/api/v1[/namespaces/<ns>]/<plural>`
+/// → (namespace, plural).
 fn parse_path(path: &str) -> Option<(Option<String>, String)> {
-    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/"))?;
+    let rest = path
+        .strip_prefix(&format!("/apis/{GROUP}/{VERSION}/"))
+        .or_else(|| path.strip_prefix("/api/v1/"))?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
         [plural] => Some((None, plural.to_string())),
@@ -373,8 +402,13 @@ async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     method: Method,
     uri: Uri,
+    headers: axum::http::HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
+    let metadata_only = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let mut guard = inner.lock().unwrap();
     let inner = &mut *guard;
     if inner.down {
@@ -398,6 +432,15 @@ async fn handle(
     let Some((namespace, plural)) = parse_path(uri.path()) else {
         return not_found(inner);
     };
+    // Core paths must not serve custom resources and vice versa.
+    let core_path = uri.path().starts_with("/api/v1/");
+    if inner
+        .resources
+        .get(&plural)
+        .is_some_and(|r| (r.api_version == "v1") != core_path)
+    {
+        return not_found(inner);
+    }
     if method != Method::GET {
         return json_response(405, &status(405, "MethodNotAllowed", "read-only fake"));
     }
@@ -407,6 +450,9 @@ async fn handle(
         counts.watches += 1;
     } else {
         counts.lists += 1;
+    }
+    if metadata_only {
+        counts.metadata_only += 1;
     }
     let revision = inner.revision;
     let (compacted, http_410) = (inner.compacted, inner.http_410);
@@ -423,12 +469,25 @@ async fn handle(
         if let Some(code) = r.fail_lists {
             return json_response(code, &status(code, "InternalError", "list failed (fake)"));
         }
-        let items: Vec<&Value> = r.objects.values().filter(|o| in_scope(o)).collect();
+        let items: Vec<Value> = r
+            .objects
+            .values()
+            .filter(|o| in_scope(o))
+            .map(|o| if metadata_only { partial(o) } else { o.clone() })
+            .collect();
+        let (api_version, kind) = if metadata_only {
+            (
+                "meta.k8s.io/v1".to_string(),
+                "PartialObjectMetadataList".to_string(),
+            )
+        } else {
+            (r.api_version.to_string(), format!("{}List", r.kind))
+        };
         return json_response(
             200,
             &json!({
-                "apiVersion": format!("{GROUP}/{VERSION}"),
-                "kind": format!("{}List", r.kind),
+                "apiVersion": api_version,
+                "kind": kind,
                 "metadata": {"resourceVersion": revision.to_string()},
                 "items": items,
             }),
@@ -441,7 +500,8 @@ async fn handle(
         // "Any": the current objects as ADDED, then live.
         "" | "0" => {
             for o in r.objects.values().filter(|o| in_scope(o)) {
-                let _ = tx.unbounded_send(line("ADDED", o));
+                let o = if metadata_only { partial(o) } else { o.clone() };
+                let _ = tx.unbounded_send(line("ADDED", &o));
             }
         }
         rv => {
@@ -458,7 +518,8 @@ async fn handle(
                 return stream_response(rx, None);
             }
             for (_, kind, o) in r.history.iter().filter(|(v, _, o)| *v > rv && in_scope(o)) {
-                let _ = tx.unbounded_send(line(kind, o));
+                let o = if metadata_only { partial(o) } else { o.clone() };
+                let _ = tx.unbounded_send(line(kind, &o));
             }
         }
     }
@@ -467,6 +528,7 @@ async fn handle(
         plural,
         namespace,
         bookmarks,
+        metadata_only,
         tx,
     });
     let timeout = query

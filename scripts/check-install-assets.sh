@@ -304,7 +304,13 @@ def cmd_rbac(path, ns):
     expect(not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "no namespaced Role is needed")
     cr = one(docs, "ClusterRole")
     rules = cr["rules"]
-    expect(len(rules) == 1, "ClusterRole must have one rule, has %d" % len(rules))
+    expect(len(rules) == 2, "ClusterRole must have two rules, has %d" % len(rules))
+    core = rules[1]
+    expect(core["apiGroups"] == [""], "the second rule is for the core group")
+    expect(sorted(core["resources"]) == ["nodes", "persistentvolumeclaims"],
+           "core resources must be persistentvolumeclaims and nodes, are %s" % core["resources"])
+    expect(sorted(core["verbs"]) == ["list", "watch"], "core verbs must be list, watch; are %s" % core["verbs"])
+    expect("resourceNames" not in core and "nonResourceURLs" not in core, "no resourceNames or nonResourceURLs")
     r = rules[0]
     expect(r["apiGroups"] == ["serving.kserve.io"], "apiGroups must be [serving.kserve.io]")
     expect(sorted(r["resources"]) == ["localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups"],
@@ -465,7 +471,7 @@ def cmd_docs_paths(*docs):
 
 POLICY_FLAGS = {"--run-as-user", "--run-as-group", "--default-fsgroup", "--init-container-user",
                 "--model-cache-prep", "--init-image", "--cache-volume", "--cache-mount-path",
-                "--model-mount-path", "--exempt-namespace"}
+                "--model-mount-path", "--exempt-namespace", "--cache-layout"}
 
 def cmd_policy_cli(path):
     """How the Deployment hands the policy to the binary: `arg --flag=value` and `env NAME=value` lines."""
@@ -673,7 +679,7 @@ check "OpenShift preset renders --default-fsgroup=0 and --run-as-user=none" t_op
 check "default values render the SPEC.md defaults" py flags "$WORK/default.yaml" --run-as-user=1000 --run-as-group=1000 \
   --default-fsgroup=102 --init-container-user=101 --model-cache-prep=always \
   --init-image=docker.io/curlimages/curl:8.18.0 --cache-volume=model-cache --cache-mount-path=/models \
-  --model-mount-path=/mnt/models
+  --model-mount-path=/mnt/models --cache-layout=storage-key
 
 # --- webhook configurations, Deployment, RBAC (Helm) ---------------------------------------------
 check "helm (default): webhook configurations, caBundle from the chart's CA" py webhooks "$WORK/default.yaml" "$NS" bundle
@@ -712,7 +718,7 @@ EOF
 check "helm: a second release for restricted namespaces (prep never, inject=restricted) coexists" t_second_release
 check "helm (default): Deployment" py deployment "$WORK/default.yaml" "$NS" numeric
 check "helm (OpenShift): Deployment leaves uid/gid/fsGroup to the SCC" py deployment "$WORK/openshift.yaml" "$NS" scc
-check "helm: RBAC is get/list/watch on the three cache resources only" py rbac "$WORK/default.yaml" "$NS"
+check "helm: RBAC is get/list/watch on the three cache resources, list/watch on PVCs and Nodes, nothing more" py rbac "$WORK/default.yaml" "$NS"
 t_grace() {
   if "$HELM" template modelgate "$CHART" --set terminationGracePeriodSeconds=20 >/dev/null 2>"$WORK/err"; then
     die "terminationGracePeriodSeconds=20 (< 5 + 15) rendered"

@@ -848,11 +848,7 @@ fn each_miss_reason_is_annotated_and_a_matched_cache_is_named_with_what_it_lacks
     // not-downloaded: the model is still downloading on n1.
     let mut index = caches();
     let mut downloading = CacheEntry::new(CacheScope::Cluster, "llama", "hf://org/m", &["workers"]);
-    downloading.status.reported = true;
-    downloading
-        .status
-        .node_status
-        .insert("n1".into(), "NodeDownloading".into());
+    downloading.status.set_node("n1", "NodeDownloading");
     index.upsert_cache(downloading);
     let (reason, w, _) = miss_of("team-c", uri("hf://org/m"), &index);
     assert_eq!(reason, "not-downloaded");

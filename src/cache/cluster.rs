@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, PersistentVolumeClaim};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta};
@@ -108,7 +109,8 @@ impl std::fmt::Display for Kind {
 /// One cluster object, converted once on arrival.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Converted {
-    Cache(CacheEntry),
+    /// Shared with every index built from it.
+    Cache(Arc<CacheEntry>),
     NodeGroup {
         name: String,
         terms: Option<Vec<NodeSelectorTerm>>,
@@ -241,7 +243,7 @@ pub(crate) fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, S
     if entry.source_model_uri.is_empty() {
         return Err("spec.sourceModelUri is empty".into());
     }
-    Ok(Converted::Cache(entry))
+    Ok(Converted::Cache(Arc::new(entry)))
 }
 
 /// The index to publish: the cluster's objects, then the `--caches` objects, which replace a
@@ -432,12 +434,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             c,
-            Converted::Cache(CacheEntry::new(
+            Converted::Cache(Arc::new(CacheEntry::new(
                 CacheScope::Namespace("team-a".into()),
                 "m",
                 "hf://org/m",
                 &["workers"]
-            ))
+            )))
         );
         // Status: node statuses as KServe's controller writes them; pvcRef with a Ready condition.
         let c = convert(
@@ -468,8 +470,11 @@ mod tests {
         let Converted::Cache(entry) = c else {
             panic!("{c:?}")
         };
-        assert_eq!(entry.status.node_status["n1"], "NodeDownloaded");
-        assert_eq!(entry.status.node_status.len(), 2);
+        assert_eq!(
+            entry.status.node("n1"),
+            Some(&crate::cache::index::NodeState::Downloaded)
+        );
+        assert_eq!(entry.status.nodes().count(), 2);
         // PVCs keep phase and deletion mark; Nodes their labels (from metadata only).
         let c = convert(
             Kind::Pvc,
@@ -573,7 +578,7 @@ mod tests {
     fn static_objects_replace_cluster_objects_of_the_same_name() {
         let cache = |uri| CacheEntry::new(CacheScope::Cluster, "shared", uri, &["g"]);
         let cluster = [
-            Converted::Cache(cache("hf://cluster").downloaded_on(&["n1"])),
+            Converted::Cache(Arc::new(cache("hf://cluster").downloaded_on(&["n1"]))),
             Converted::NodeGroup {
                 name: "g".into(),
                 terms: None,

@@ -41,19 +41,102 @@ pub enum CacheStorage {
     PvcRef(String),
 }
 
-/// A node's entry in `status.nodeStatus`.
-pub const NODE_DOWNLOADED: &str = "NodeDownloaded";
+/// A node's entry in `status.nodeStatus` (KServe's `NodeStatus`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    Downloaded,
+    Downloading,
+    DownloadPending,
+    DownloadError,
+    NotReady,
+    /// A value this code does not know, kept for messages.
+    Other(Box<str>),
+}
+
+impl NodeState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            NodeState::Downloaded => "NodeDownloaded",
+            NodeState::Downloading => "NodeDownloading",
+            NodeState::DownloadPending => "NodeDownloadPending",
+            NodeState::DownloadError => "NodeDownloadError",
+            NodeState::NotReady => "NodeNotReady",
+            NodeState::Other(s) => s,
+        }
+    }
+}
+
+impl From<&str> for NodeState {
+    fn from(s: &str) -> Self {
+        match s {
+            "NodeDownloaded" => NodeState::Downloaded,
+            "NodeDownloading" => NodeState::Downloading,
+            "NodeDownloadPending" => NodeState::DownloadPending,
+            "NodeDownloadError" => NodeState::DownloadError,
+            "NodeNotReady" => NodeState::NotReady,
+            other => NodeState::Other(other.into()),
+        }
+    }
+}
 
 /// What the cache's `status` says about the model's download.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheStatus {
-    /// `status.nodeStatus`: node name → `NodeDownloaded`, `NodeDownloading`, …, by node name.
-    pub node_status: BTreeMap<String, String>,
+    /// `status.nodeStatus`, sorted by node name. A boxed slice, not a map: a cache has a few
+    /// entries and there may be 100 000 caches.
+    node_status: Box<[(Box<str>, NodeState)]>,
     /// pvcRef mode: the import finished (a `Ready` condition with status `True`, or
     /// `copies.available` ≥ 1).
     pub import_ready: bool,
     /// Whether the object had a `status` at all (for the miss message).
     pub reported: bool,
+}
+
+impl CacheStatus {
+    /// A status from `status.nodeStatus` entries (in any order; a repeated node keeps the last).
+    pub fn new<'a>(
+        node_status: impl IntoIterator<Item = (&'a str, &'a str)>,
+        import_ready: bool,
+    ) -> Self {
+        let mut entries: Vec<(Box<str>, NodeState)> = node_status
+            .into_iter()
+            .map(|(n, s)| (Box::from(n), NodeState::from(s)))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                std::mem::swap(later, earlier);
+            }
+            same
+        });
+        CacheStatus {
+            node_status: entries.into_boxed_slice(),
+            import_ready,
+            reported: true,
+        }
+    }
+
+    /// Sets one node's state.
+    pub fn set_node(&mut self, node: &str, state: &str) {
+        let entries = self.node_status.iter().map(|(n, s)| (&**n, s.as_str()));
+        let mut all: Vec<(&str, &str)> = entries.filter(|(n, _)| *n != node).collect();
+        all.push((node, state));
+        let ready = self.import_ready;
+        *self = CacheStatus::new(all, ready);
+    }
+
+    /// `status.nodeStatus` by node name.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &NodeState)> {
+        self.node_status.iter().map(|(n, s)| (&**n, s))
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.node_status
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .ok()
+            .map(|i| &self.node_status[i].1)
+    }
 }
 
 /// One cache object as the index keeps it.
@@ -63,6 +146,8 @@ pub struct CacheEntry {
     pub name: String,
     /// `spec.sourceModelUri` exactly as written (the storage key hashes this).
     pub source_model_uri: String,
+    /// [`storage_key`] of `source_model_uri`, computed once when the entry is made.
+    pub storage_key: String,
     pub storage: CacheStorage,
     pub status: CacheStatus,
 }
@@ -79,6 +164,7 @@ impl CacheEntry {
             scope,
             name: name.into(),
             source_model_uri: source_model_uri.into(),
+            storage_key: storage_key(source_model_uri),
             storage: CacheStorage::NodeGroups(node_groups.iter().map(|g| g.to_string()).collect()),
             status: CacheStatus::default(),
         }
@@ -86,11 +172,8 @@ impl CacheEntry {
 
     /// The same cache with `nodes` reported as `NodeDownloaded`.
     pub fn downloaded_on(mut self, nodes: &[&str]) -> Self {
-        self.status.reported = true;
         for n in nodes {
-            self.status
-                .node_status
-                .insert(n.to_string(), NODE_DOWNLOADED.into());
+            self.status.set_node(n, "NodeDownloaded");
         }
         self
     }
@@ -310,45 +393,57 @@ pub fn trim_uri(uri: &str) -> &str {
 /// `GetStorageKey`).
 pub fn storage_key(source_model_uri: &str) -> String {
     use sha2::{Digest, Sha256};
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(source_model_uri.as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    digest[..8]
+        .iter()
+        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
+        .map(char::from)
+        .collect()
 }
 
 /// Caches of one scope (one namespace, or the cluster).
 #[derive(Clone, Debug, Default)]
 struct Scope {
-    /// trimmed source URI → caches with that URI, ordered by name.
-    by_uri: HashMap<String, BTreeMap<String, Arc<CacheEntry>>>,
-    /// name → trimmed source URI, to find the old entry on update and delete.
-    uri_of: HashMap<String, String>,
+    /// trimmed source URI → caches with that URI, sorted by name (nearly always one: a vector,
+    /// since a map per URI would cost more than the entry at 100 000 caches).
+    by_uri: HashMap<Box<str>, Vec<Arc<CacheEntry>>>,
+    /// name → entry, to find the old entry on update and delete.
+    by_name: HashMap<String, Arc<CacheEntry>>,
 }
 
 impl Scope {
-    fn upsert(&mut self, entry: CacheEntry) {
+    fn upsert(&mut self, entry: Arc<CacheEntry>) {
         self.remove(&entry.name);
-        let key = trim_uri(&entry.source_model_uri).to_string();
-        self.uri_of.insert(entry.name.clone(), key.clone());
-        self.by_uri
-            .entry(key)
-            .or_default()
-            .insert(entry.name.clone(), Arc::new(entry));
+        self.by_name.insert(entry.name.clone(), entry.clone());
+        let set = self
+            .by_uri
+            .entry(trim_uri(&entry.source_model_uri).into())
+            .or_default();
+        let at = set.partition_point(|e| e.name < entry.name);
+        set.insert(at, entry);
     }
 
     fn remove(&mut self, name: &str) -> bool {
-        let Some(key) = self.uri_of.remove(name) else {
+        let Some(old) = self.by_name.remove(name) else {
             return false;
         };
-        if let Some(set) = self.by_uri.get_mut(&key) {
-            set.remove(name);
+        let key = trim_uri(&old.source_model_uri);
+        if let Some(set) = self.by_uri.get_mut(key) {
+            set.retain(|e| e.name != name);
             if set.is_empty() {
-                self.by_uri.remove(&key);
+                self.by_uri.remove(key);
             }
         }
         true
     }
 
     fn len(&self) -> usize {
-        self.uri_of.len()
+        self.by_name.len()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Arc<CacheEntry>> {
+        self.by_name.values()
     }
 
     /// The longest matching cache URI, then the smallest name.
@@ -356,7 +451,7 @@ impl Scope {
         let model = trim_uri(model_uri);
         prefixes_longest_first(model)
             .find_map(|prefix| self.by_uri.get(prefix))
-            .and_then(|set| set.values().next())
+            .and_then(|set| set.first())
     }
 }
 
@@ -511,7 +606,10 @@ impl CacheIndex {
         Self::default()
     }
 
-    pub fn upsert_cache(&mut self, entry: CacheEntry) {
+    /// Adds or replaces a cache (by scope and name). An `Arc` is shared, not copied: the watch
+    /// keeps its converted objects and every rebuilt index points at the same entries.
+    pub fn upsert_cache(&mut self, entry: impl Into<Arc<CacheEntry>>) {
+        let entry = entry.into();
         match &entry.scope {
             CacheScope::Cluster => self.cluster.upsert(entry),
             CacheScope::Namespace(ns) => {
@@ -597,8 +695,8 @@ impl CacheIndex {
     /// Adds every object of `other`, replacing those of the same kind, scope and name.
     pub fn merge(&mut self, other: &CacheIndex) {
         let scopes = other.namespaces.values().chain([&other.cluster]);
-        for entry in scopes.flat_map(|s| s.by_uri.values().flat_map(BTreeMap::values)) {
-            self.upsert_cache(CacheEntry::clone(entry));
+        for entry in scopes.flat_map(Scope::entries) {
+            self.upsert_cache(entry.clone());
         }
         for (name, labels) in &other.nodes {
             self.upsert_node(name, labels.clone());
@@ -683,7 +781,7 @@ impl CacheIndex {
                 }
                 Lookup::Hit(Hit {
                     pvc: pvc.clone(),
-                    dir: storage_key(&cache.source_model_uri),
+                    dir: cache.storage_key.clone(),
                     sub_path,
                     placement: None,
                     cache: cache.clone(),
@@ -703,17 +801,16 @@ impl CacheIndex {
                 }
                 let nodes: Vec<String> = cache
                     .status
-                    .node_status
-                    .iter()
+                    .nodes()
                     .filter(|(node, state)| {
-                        *state == NODE_DOWNLOADED
-                            && group.members.contains(node.as_str())
+                        **state == NodeState::Downloaded
+                            && group.members.contains(*node)
                             && self
                                 .nodes
-                                .get(node.as_str())
+                                .get(*node)
                                 .is_some_and(|labels| selector_matches(selector, labels))
                     })
-                    .map(|(node, _)| node.clone())
+                    .map(|(node, _)| node.to_string())
                     .collect();
                 if nodes.is_empty() {
                     return miss(
@@ -722,7 +819,7 @@ impl CacheIndex {
                     );
                 }
                 let dir = match req.layout {
-                    CacheLayout::StorageKey => storage_key(&cache.source_model_uri),
+                    CacheLayout::StorageKey => cache.storage_key.clone(),
                     CacheLayout::CacheName => cache.name.clone(),
                 };
                 Lookup::Hit(Hit {
@@ -803,12 +900,12 @@ impl CacheIndex {
             );
         }
         let mut notes = Vec::new();
-        for (node, state) in &cache.status.node_status {
-            let note = if state != NODE_DOWNLOADED {
-                format!("{node} {state}")
-            } else if !self.nodes.contains_key(node.as_str()) {
+        for (node, state) in cache.status.nodes() {
+            let note = if *state != NodeState::Downloaded {
+                format!("{node} {}", state.as_str())
+            } else if !self.nodes.contains_key(node) {
                 format!("{node} NodeDownloaded but Node {node} does not exist")
-            } else if !self.node_groups[group].members.contains(node.as_str()) {
+            } else if !self.node_groups[group].members.contains(node) {
                 format!("{node} NodeDownloaded but not in node group {group}")
             } else {
                 format!("{node} NodeDownloaded but outside the pod's nodeSelector")

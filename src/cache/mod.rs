@@ -38,6 +38,7 @@ impl From<&LocalModelCache> for CacheEntry {
             scope: CacheScope::Cluster,
             name: c.metadata.name.clone().unwrap_or_default(),
             source_model_uri: c.spec.source_model_uri.clone(),
+            storage_key: index::storage_key(&c.spec.source_model_uri),
             storage: CacheStorage::NodeGroups(c.spec.node_groups.clone()),
             status: c.status.as_ref().map(|s| s.to_index()).unwrap_or_default(),
         }
@@ -50,6 +51,7 @@ impl From<&LocalModelNamespaceCache> for CacheEntry {
             scope: CacheScope::Namespace(c.metadata.namespace.clone().unwrap_or_default()),
             name: c.metadata.name.clone().unwrap_or_default(),
             source_model_uri: c.spec.source_model_uri.clone(),
+            storage_key: index::storage_key(&c.spec.source_model_uri),
             storage: match &c.spec.pvc_ref {
                 Some(pvc) => CacheStorage::PvcRef(pvc.clone()),
                 None => CacheStorage::NodeGroups(c.spec.node_groups.clone()),

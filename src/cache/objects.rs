@@ -90,11 +90,12 @@ impl LocalModelCacheStatus {
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         let available = self.copies.as_ref().is_some_and(|c| c.available >= 1);
-        CacheStatus {
-            node_status: self.node_status.clone(),
-            import_ready: ready || available,
-            reported: true,
-        }
+        CacheStatus::new(
+            self.node_status
+                .iter()
+                .map(|(n, s)| (n.as_str(), s.as_str())),
+            ready || available,
+        )
     }
 }
 

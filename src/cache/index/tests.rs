@@ -363,20 +363,10 @@ fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
     assert_eq!(m.reason, MissReason::NotDownloaded);
     assert!(m.missing.unwrap().contains("has no status.nodeStatus"));
 
-    cache.status.reported = true;
-    cache
-        .status
-        .node_status
-        .insert("g1".into(), "NodeDownloading".into());
+    cache.status.set_node("g1", "NodeDownloading");
     // Downloaded on a cpu node and on a node that does not exist: neither serves gpu pods.
-    cache
-        .status
-        .node_status
-        .insert("c1".into(), NODE_DOWNLOADED.into());
-    cache
-        .status
-        .node_status
-        .insert("gone".into(), NODE_DOWNLOADED.into());
+    cache.status.set_node("c1", "NodeDownloaded");
+    cache.status.set_node("gone", "NodeDownloaded");
     idx.upsert_cache(cache.clone());
     let m = miss(&idx, &req("team-a", "hf://org/llama"));
     assert_eq!(m.reason, MissReason::NotDownloaded);
@@ -390,10 +380,7 @@ fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
     }
 
     // g1 finishes: the pod is pinned to g1 only.
-    cache
-        .status
-        .node_status
-        .insert("g1".into(), NODE_DOWNLOADED.into());
+    cache.status.set_node("g1", "NodeDownloaded");
     idx.upsert_cache(cache);
     assert_eq!(
         hit(&idx, &req("team-a", "hf://org/llama"))
@@ -590,4 +577,29 @@ fn reasons_have_the_spec_labels() {
             .enumerate()
             .all(|(i, r)| *r as usize == i)
     );
+}
+
+#[test]
+fn a_status_keeps_one_state_per_node_in_name_order() {
+    let s = CacheStatus::new(
+        [
+            ("b", "NodeDownloading"),
+            ("a", "NodeDownloaded"),
+            ("b", "NodeDownloaded"),
+            ("c", "SomethingNew"),
+        ],
+        false,
+    );
+    let nodes: Vec<_> = s.nodes().map(|(n, st)| (n, st.as_str())).collect();
+    assert_eq!(
+        nodes,
+        [
+            ("a", "NodeDownloaded"),
+            ("b", "NodeDownloaded"),
+            ("c", "SomethingNew")
+        ]
+    );
+    assert_eq!(s.node("b"), Some(&NodeState::Downloaded));
+    assert_eq!(s.node("z"), None);
+    assert!(s.reported);
 }

@@ -79,7 +79,7 @@ fn index_of(caches: &[CacheEntry], nodes: &[(String, BTreeMap<String, String>)])
         index.upsert_cache(e.clone());
     }
     for (name, labels) in nodes {
-        index.upsert_node(name, labels.clone());
+        index.upsert_node(name.as_str(), labels.clone());
     }
     index.upsert_node_group("gpu", Some(vec![node_type("gpu")]));
     index.upsert_node_group("cpu", Some(vec![node_type("cpu")]));
@@ -89,8 +89,8 @@ fn index_of(caches: &[CacheEntry], nodes: &[(String, BTreeMap<String, String>)])
     };
     for i in 0..caches.len() {
         index.upsert_pvc(
-            &format!("team-{}", (i + 1) % 100),
-            &format!("cache-{i}-gpu"),
+            format!("team-{}", (i + 1) % 100),
+            format!("cache-{i}-gpu"),
             bound,
         );
     }

@@ -314,7 +314,7 @@ fn caches() -> CacheIndex {
                     phase: PvcPhase::Bound,
                     deleting: false,
                 };
-                index.upsert_pvc(ns, &format!("{name}-{g}"), bound);
+                index.upsert_pvc(ns, format!("{name}-{g}"), bound);
             }
         }
         index.upsert_cache(CacheEntry::new(scope, name, uri, groups).downloaded_on(&["n1"]));

@@ -115,13 +115,14 @@ pub(crate) enum Converted {
         name: String,
         terms: Option<Vec<NodeSelectorTerm>>,
     },
+    /// Namespace and name are shared with the watch's key and with every index.
     Pvc {
-        namespace: String,
-        name: String,
+        namespace: Arc<str>,
+        name: Arc<str>,
         state: PvcState,
     },
     Node {
-        name: String,
+        name: Arc<str>,
         labels: BTreeMap<String, String>,
     },
 }
@@ -135,19 +136,31 @@ impl Converted {
                 namespace,
                 name,
                 state,
-            } => index.upsert_pvc(namespace, name, *state),
-            Converted::Node { name, labels } => index.upsert_node(name, labels.clone()),
+            } => index.upsert_pvc(namespace.clone(), name.clone(), *state),
+            Converted::Node { name, labels } => index.upsert_node(name.clone(), labels.clone()),
+        }
+    }
+
+    /// The key of a PVC or Node, sharing the converted object's strings (there may be 100 000
+    /// PVCs: one copy of each name, not three).
+    pub(crate) fn shared_key(&self) -> Option<ObjectKey> {
+        match self {
+            Converted::Pvc {
+                namespace, name, ..
+            } => Some((namespace.clone(), name.clone())),
+            Converted::Node { name, .. } => Some((Arc::from(""), name.clone())),
+            _ => None,
         }
     }
 }
 
 /// The identity of an object within its kind: namespace (empty for cluster-scoped) and name.
-pub(crate) type ObjectKey = (String, String);
+pub(crate) type ObjectKey = (Arc<str>, Arc<str>);
 
 pub(crate) fn object_key(obj: &DynamicObject) -> ObjectKey {
     (
-        obj.metadata.namespace.clone().unwrap_or_default(),
-        obj.metadata.name.clone().unwrap_or_default(),
+        Arc::from(obj.metadata.namespace.as_deref().unwrap_or_default()),
+        Arc::from(obj.metadata.name.as_deref().unwrap_or_default()),
     )
 }
 
@@ -228,15 +241,15 @@ pub(crate) fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, S
             let phase = obj.data.pointer("/status/phase").and_then(|p| p.as_str());
             let state = pvc_state(&metadata, phase);
             return Ok(Converted::Pvc {
-                namespace: metadata.namespace.clone().unwrap_or_default(),
+                namespace: metadata.namespace.clone().unwrap_or_default().into(),
                 state,
-                name: name(metadata),
+                name: name(metadata).into(),
             });
         }
         Kind::Node => {
             return Ok(Converted::Node {
                 labels: metadata.labels.clone().unwrap_or_default(),
-                name: name(metadata),
+                name: name(metadata).into(),
             });
         }
     };

@@ -595,8 +595,8 @@ pub struct CacheIndex {
     cluster: Scope,
     node_groups: HashMap<String, NodeGroup>,
     nodes: HashMap<Arc<str>, Labels>,
-    /// namespace → claim name → state.
-    pvcs: HashMap<String, HashMap<String, PvcState>>,
+    /// namespace → claim name → state. Shared strings: the watch keeps the same ones.
+    pvcs: HashMap<Arc<str>, HashMap<Arc<str>, PvcState>>,
     /// Counts every lookup by result and reason (the server's `modelgate_cache_lookups_total`).
     counters: Option<LookupCounters>,
 }
@@ -653,9 +653,9 @@ impl CacheIndex {
     }
 
     /// Adds or replaces a Node (name and labels).
-    pub fn upsert_node(&mut self, name: &str, labels: Labels) {
-        self.remove_node(name);
-        let name: Arc<str> = Arc::from(name);
+    pub fn upsert_node(&mut self, name: impl Into<Arc<str>>, labels: Labels) {
+        let name: Arc<str> = name.into();
+        self.remove_node(&name);
         for group in self.node_groups.values_mut() {
             if group.admits(&name, &labels) {
                 group.add(&name, &labels);
@@ -674,11 +674,16 @@ impl CacheIndex {
         true
     }
 
-    pub fn upsert_pvc(&mut self, namespace: &str, name: &str, state: PvcState) {
+    pub fn upsert_pvc(
+        &mut self,
+        namespace: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+        state: PvcState,
+    ) {
         self.pvcs
-            .entry(namespace.to_string())
+            .entry(namespace.into())
             .or_default()
-            .insert(name.to_string(), state);
+            .insert(name.into(), state);
     }
 
     pub fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
@@ -699,14 +704,14 @@ impl CacheIndex {
             self.upsert_cache(entry.clone());
         }
         for (name, labels) in &other.nodes {
-            self.upsert_node(name, labels.clone());
+            self.upsert_node(name.clone(), labels.clone());
         }
         for (name, group) in &other.node_groups {
             self.upsert_node_group(name, group.terms.as_deref().map(<[_]>::to_vec));
         }
         for (ns, claims) in &other.pvcs {
             for (name, state) in claims {
-                self.upsert_pvc(ns, name, *state);
+                self.upsert_pvc(ns.clone(), name.clone(), *state);
             }
         }
     }

@@ -462,6 +462,7 @@ async fn watch_kind(
                     let key = object_key(&obj);
                     match convert(kind, obj) {
                         Ok(c) => {
+                            let key = c.shared_key().unwrap_or(key);
                             listing.get_or_insert_default().insert(key, Arc::new(c));
                         }
                         Err(why) => warn!("{} skipped: {why}", describe(kind, &key)),
@@ -490,7 +491,7 @@ async fn watch_kind(
                     let mut objects = state.objects();
                     match converted {
                         Ok(c) => {
-                            objects.insert(key, Arc::new(c));
+                            objects.insert(c.shared_key().unwrap_or(key), Arc::new(c));
                         }
                         Err(why) => {
                             warn!("{} ignored: {why}", describe(kind, &key));

@@ -185,7 +185,7 @@ fn longest_uri_then_smallest_name_wins() {
         idx.upsert_cache(
             CacheEntry::new(CacheScope::Cluster, name, uri, &["gpu"]).downloaded_on(&["g1"]),
         );
-        idx.upsert_pvc("t", &format!("{name}-gpu"), BOUND);
+        idx.upsert_pvc("t", format!("{name}-gpu"), BOUND);
     }
     assert_eq!(hit(&idx, &req("t", "hf://org/m/f")).cache.name, "b-long");
     assert_eq!(hit(&idx, &req("t", "hf://org/n")).cache.name, "a-short");

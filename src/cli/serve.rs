@@ -17,7 +17,7 @@ use crate::server::deadline::parse_duration;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
-use crate::server::{ServeOptions, Server};
+use crate::server::{Limits, ServeOptions, Server};
 
 /// The sample that `--dev`'s curl command sends.
 pub const SAMPLE_REVIEW: &str = include_str!("../../examples/admissionreview-pod.json");
@@ -98,6 +98,9 @@ pub struct ServeArgs {
     pub certs_dir: PathBuf,
 
     #[command(flatten)]
+    pub limits: Limits,
+
+    #[command(flatten)]
     pub cluster: ClusterCacheArgs,
 
     #[command(flatten)]
@@ -152,6 +155,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
+    open_files_for(args.limits.max_connections);
     let (index, skipped) = CacheIndex::load_files(&args.caches.files).map_err(StartError::Usage)?;
     if !skipped.is_empty() {
         tracing::info!(
@@ -226,6 +230,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
+        limits: args.limits.clone(),
         config: args.policy.clone().finalize(),
         store: caches.store.clone(),
         caches_ready: Box::new(move || readiness.is_ready()),
@@ -250,6 +255,20 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let result = server.run(signals).await.map_err(StartError::Runtime);
     drop(caches);
     result
+}
+
+/// Each connection is a file descriptor: raise the soft limit as far as the hard one allows,
+/// and say so when even that is below `--max-connections` (accepts then fail with EMFILE).
+fn open_files_for(max_connections: u32) {
+    match crate::server::limits::raise_open_files_limit() {
+        Ok(limit) if limit < u64::from(max_connections) + 64 => tracing::warn!(
+            open_files = limit,
+            max_connections,
+            "the open-files limit is below --max-connections plus a margin; raise it (ulimit -n) or lower --max-connections"
+        ),
+        Ok(limit) => tracing::debug!(open_files = limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
 }
 
 /// Reading `--caches` builds a large transient JSON tree (100 000 caches: ~250 MiB). The

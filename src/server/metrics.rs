@@ -4,6 +4,9 @@
 //! Label values are bounded: `kind` is `Pod`, `Job`, `other` or `none` (the body could not be
 //! read), `operation` one of the four admission operations or `none`, so a client cannot grow
 //! the series without limit.
+//!
+//! The `process_*` metrics (CPU, memory, file descriptors, start time) come from
+//! [`super::process_metrics`], registered here so that every `/metrics` carries them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -56,6 +59,8 @@ pub struct Metrics {
     tls_reloads: Family<ResultLabels, Counter>,
     cert_expiry: Gauge,
     inflight: Gauge,
+    connections_dropped: Family<ReasonLabels, Counter>,
+    open_connections: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -129,6 +134,19 @@ impl Metrics {
             "Admission requests being handled",
             inflight.clone(),
         );
+        let connections_dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "modelgate_connections_dropped",
+            "Webhook connections refused or closed by the server (limits, timeouts, protocol errors), by reason",
+            connections_dropped.clone(),
+        );
+        let open_connections = Gauge::default();
+        registry.register(
+            "modelgate_open_connections",
+            "Webhook connections open (TLS handshake included)",
+            open_connections.clone(),
+        );
+        registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
         Metrics {
             registry,
             requests,
@@ -137,6 +155,8 @@ impl Metrics {
             tls_reloads,
             cert_expiry,
             inflight,
+            connections_dropped,
+            open_connections,
         }
     }
 
@@ -198,6 +218,20 @@ impl Metrics {
         InflightGuard(self.inflight.clone())
     }
 
+    /// Counts a connection the server refused or closed; `reason` is one of a fixed set
+    /// (see `server::ConnectionEnd`).
+    pub fn connection_dropped(&self, reason: &'static str) {
+        self.connections_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a connection as open until the guard drops.
+    pub fn open_connection(&self) -> InflightGuard {
+        self.open_connections.inc();
+        InflightGuard(self.open_connections.clone())
+    }
+
     /// The registry, for other parts of the program to add their metrics (full names, with the
     /// `modelgate_` prefix) before the server starts.
     pub fn registry_mut(&mut self) -> &mut Registry {
@@ -241,8 +275,11 @@ mod tests {
         m.error("payload_too_large");
         m.tls_reloaded(true, Some(1_900_000_000));
         let guard = m.inflight();
+        m.connection_dropped("max_connections");
+        let conn = m.open_connection();
         let text = m.encode().unwrap();
         drop(guard);
+        drop(conn);
         for want in [
             r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="false"} 1"#,
             r#"modelgate_admission_duration_seconds_bucket{le="0.0001",webhook="mutate",kind="Pod",operation="CREATE",dry_run="false"} 1"#,
@@ -250,6 +287,12 @@ mod tests {
             r#"modelgate_tls_reloads_total{result="success"} 1"#,
             "modelgate_tls_certificate_expiry_timestamp_seconds 1900000000",
             "modelgate_inflight_requests 1",
+            r#"modelgate_connections_dropped_total{reason="max_connections"} 1"#,
+            "modelgate_open_connections 1",
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }

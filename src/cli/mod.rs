@@ -36,8 +36,10 @@ pub enum Command {
 /// `--caches FILE`, shared by `review` and `serve`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct CacheFiles {
-    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve
-    /// against: YAML or JSON, several documents or a List; repeatable.
+    /// The cluster state to resolve against (LocalModelCache, LocalModelNamespaceCache with their
+    /// status, LocalModelNodeGroup, PersistentVolumeClaim, Node): YAML or JSON, several documents
+    /// or a List; repeatable. Files are the whole truth: a hit needs the PVC, the cache's status
+    /// and the Nodes in them.
     #[arg(
         long = "caches",
         value_name = "FILE",

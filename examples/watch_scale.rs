@@ -10,8 +10,8 @@
 //! with a status of four `NodeDownloaded` nodes each, `n` PVCs, `n / 20` Nodes in two node
 //! groups. One `modelgate serve` (the release binary, or `--bin`) watches it through a
 //! kubeconfig. The example prints the time until `/readyz` answers 200, serve's RSS (VmRSS) and
-//! peak (VmHWM) then, and the time from deleting one PVC until `/metrics` counts one PVC less
-//! (the next admission's answer is a `pvc-missing` miss from then on).
+//! peak (VmHWM) then, the time from deleting one PVC until `/metrics` counts one PVC less (the
+//! next admission's answer is a `pvc-missing` miss from then on), and the RSS after that rebuild.
 
 #[path = "../tests/support/fake_apiserver.rs"]
 #[allow(dead_code)]
@@ -191,10 +191,11 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let after = kib(pid, "VmRSS:");
     println!(
         "serve watching {n} caches, {n} PVCs, {nodes} Nodes: ready after {:.1} s; RSS {:.1} MiB \
-         (peak {:.1} MiB); a PVC deletion published after {:.2} s; RSS then {:.1} MiB",
+         (peak {:.1} MiB); a PVC deletion published after {:.2} s; RSS 2 s later {:.1} MiB",
         ready.as_secs_f64(),
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0,

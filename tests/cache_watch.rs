@@ -536,6 +536,31 @@ async fn not_ready_until_pvcs_and_nodes_have_listed_and_nodes_are_read_by_metada
 }
 
 #[tokio::test]
+async fn large_kinds_are_listed_in_pages() {
+    let server = seeded(&CRDS).await;
+    let seeded_pvcs = server.counts(PVCS);
+    assert_eq!(seeded_pvcs.lists, 0);
+    for i in 0..1_200 {
+        server.apply(
+            PVCS,
+            json!({"metadata": {"name": format!("claim-{i}"), "namespace": "bulk"},
+                   "status": {"phase": "Bound"}}),
+        );
+    }
+    let watch = CacheWatch::spawn(
+        server.client(),
+        CacheIndex::new(),
+        CacheMetrics::new(),
+        config(),
+    );
+    let store = watch.store();
+    eventually("synced", || store.is_synced()).await;
+    // 36 seeded claims and 1 200 more, in pages of 500.
+    assert_eq!(store.view().index.counts().pvcs, 36 + 1_200);
+    assert_eq!(server.counts(PVCS).lists, 3);
+}
+
+#[tokio::test]
 async fn pvc_deletion_and_node_status_changes_reach_the_next_admission() {
     let (server, watch, _) = synced(config()).await;
     let store = watch.store();

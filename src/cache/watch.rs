@@ -45,6 +45,7 @@ use super::cluster::{
     ClusterCacheError, Converted, Kind, KindObjects, Reading, build_index, convert, describe,
     from_metadata, is_not_found, object_key,
 };
+use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
 
 /// The cluster-cache flags `serve` flattens into its arguments.
@@ -364,20 +365,26 @@ async fn publish(
             .flat_map(|k| k.objects().values().cloned().collect::<Vec<_>>())
             .collect();
         let (statics, counters) = (static_index.clone(), metrics.lookup_counters());
+        let (target, gauges) = (store.clone(), metrics.clone());
         let started = tokio::time::Instant::now();
-        let built = tokio::task::spawn_blocking(move || {
+        // Built and published on a blocking thread, which also drops the previous index (unless
+        // an admission still reads it) and hands the freed pages back: without that, every
+        // rebuild at 100 000 objects leaves ~50 MiB of freed pages resident.
+        let published = tokio::task::spawn_blocking(move || {
             let mut index = build_index(&statics, snapshot.iter().map(|c| &**c));
+            drop(snapshot);
             index.count_lookups(counters);
-            index
+            gauges.set_objects(&index);
+            let counts = index.counts();
+            target.publish(index);
+            release_freed_memory();
+            counts
         })
         .await;
         last_build = started.elapsed();
-        let Ok(index) = built else {
+        let Ok(c) = published else {
             continue;
         };
-        metrics.set_objects(&index);
-        let c = index.counts();
-        store.publish(index);
         shared.publishes.fetch_add(1, Ordering::AcqRel);
         debug!(
             namespace_caches = c.namespace_caches,

@@ -2,7 +2,8 @@
 //! speaking the list and watch protocol of custom resources the way the real server does.
 //!
 //! - `GET /apis/<group>/<version>/<plural>` (and `/namespaces/<ns>/<plural>`): a JSON list whose
-//!   `metadata.resourceVersion` is the server's current revision. The core kinds routing reads
+//!   `metadata.resourceVersion` is the server's current revision, in pages when `limit` is given
+//!   (`metadata.continue` names the next one). The core kinds routing reads
 //!   are served the same way under `/api/v1/` (`persistentvolumeclaims`, `nodes`).
 //! - A request whose `Accept` asks for `as=PartialObjectMetadataList` (lists) or
 //!   `as=PartialObjectMetadata` (watches) gets `PartialObjectMetadata` objects, metadata only, as
@@ -21,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -469,11 +471,35 @@ async fn handle(
         if let Some(code) = r.fail_lists {
             return json_response(code, &status(code, "InternalError", "list failed (fake)"));
         }
-        let items: Vec<Value> = r
-            .objects
-            .values()
-            .filter(|o| in_scope(o))
-            .map(|o| if metadata_only { partial(o) } else { o.clone() })
+        // Pages as the real server gives them (`limit`, `continue`), in key order; the token is
+        // the last key served. Unlike the real server, later pages see changes made meanwhile.
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0);
+        let after = query
+            .get("continue")
+            .and_then(|c| c.split_once('/'))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()));
+        let rest: Box<dyn Iterator<Item = (&Key, &Value)>> = match after {
+            Some(k) => Box::new(r.objects.range((Bound::Excluded(k), Bound::Unbounded))),
+            None => Box::new(r.objects.iter()),
+        };
+        let mut page: Vec<(&Key, &Value)> = rest
+            .filter(|(_, o)| in_scope(o))
+            .take(limit.map_or(usize::MAX, |l| l + 1))
+            .collect();
+        let more = limit.is_some_and(|l| page.len() > l);
+        if more {
+            page.pop();
+        }
+        let next = page
+            .last()
+            .filter(|_| more)
+            .map(|((ns, name), _)| format!("{ns}/{name}"));
+        let items: Vec<Value> = page
+            .into_iter()
+            .map(|(_, o)| if metadata_only { partial(o) } else { o.clone() })
             .collect();
         let (api_version, kind) = if metadata_only {
             (
@@ -488,7 +514,7 @@ async fn handle(
             &json!({
                 "apiVersion": api_version,
                 "kind": kind,
-                "metadata": {"resourceVersion": revision.to_string()},
+                "metadata": {"resourceVersion": revision.to_string(), "continue": next},
                 "items": items,
             }),
         );

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::namespaces::Mode;
+
 /// Largest uid/gid Kubernetes accepts (`int32` max).
 pub const MAX_ID: i64 = 2_147_483_647;
 
@@ -102,6 +104,10 @@ pub struct PolicyConfig {
         value_delimiter = ','
     )]
     pub exempt_namespaces: Vec<String>,
+
+    /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
+    #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = Mode::Enforce)]
+    pub default_mode: Mode,
 }
 
 impl Default for PolicyConfig {
@@ -118,6 +124,7 @@ impl Default for PolicyConfig {
             model_mount_path: "/mnt/models".into(),
             cache_layout: CacheLayout::StorageKey,
             exempt_namespaces: Vec::new(),
+            default_mode: Mode::Enforce,
         }
     }
 }

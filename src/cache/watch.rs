@@ -160,7 +160,7 @@ pub enum WatchBackoff {
 }
 
 impl WatchBackoff {
-    fn build(&self) -> Box<dyn Backoff> {
+    pub(crate) fn build(&self) -> Box<dyn Backoff> {
         match *self {
             WatchBackoff::Default => Box::new(DefaultBackoff::default()),
             WatchBackoff::Exponential { min, max } => Box::new(Doubling {
@@ -365,7 +365,7 @@ async fn publish(
             .flat_map(|k| k.objects().values().cloned().collect::<Vec<_>>())
             .collect();
         let (statics, counters) = (static_index.clone(), metrics.lookup_counters());
-        let (target, gauges) = (store.clone(), metrics.clone());
+        let (target, gauges, counted) = (store.clone(), metrics.clone(), shared.clone());
         let started = tokio::time::Instant::now();
         // Built and published on a blocking thread, which also drops the previous index (unless
         // an admission still reads it) and hands the freed pages back: without that, every
@@ -377,6 +377,7 @@ async fn publish(
             gauges.set_objects(&index);
             let counts = index.counts();
             target.publish(index);
+            counted.publishes.fetch_add(1, Ordering::AcqRel);
             release_freed_memory();
             counts
         })
@@ -385,7 +386,6 @@ async fn publish(
         let Ok(c) = published else {
             continue;
         };
-        shared.publishes.fetch_add(1, Ordering::AcqRel);
         debug!(
             namespace_caches = c.namespace_caches,
             cluster_caches = c.cluster_caches,

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -11,8 +12,10 @@ use clap::{Args, ValueEnum};
 
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
-use crate::cache::{CacheIndex, CacheMetrics, ClusterCacheArgs};
+use crate::cache::{CacheMetrics, ClusterCacheArgs};
 use crate::config::PolicyConfig;
+use crate::namespaces::NamespaceStore;
+use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
 use crate::server::deadline::parse_duration;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
@@ -156,11 +159,15 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
     open_files_for(args.limits.max_connections);
-    let (index, skipped) = CacheIndex::load_files(&args.caches.files).map_err(StartError::Usage)?;
+    let super::LoadedFiles {
+        index,
+        namespaces,
+        skipped,
+    } = args.caches.load().map_err(StartError::Usage)?;
     if !skipped.is_empty() {
         tracing::info!(
             skipped = skipped.len(),
-            "--caches: skipped documents that are not cache objects: {}",
+            "--caches: skipped documents that are not cache objects or Namespaces: {}",
             skipped.join(", ")
         );
     }
@@ -223,6 +230,22 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         .context("cannot watch the cluster's model caches (use --no-cluster to run without)")
         .map_err(StartError::Runtime)?;
     let readiness = caches.readiness.clone();
+    // Namespace modes: the files' Namespaces, replaced by the cluster's once listed. Until then
+    // --default-mode applies to every namespace the files do not label.
+    let namespace_store = Arc::new(NamespaceStore::new(namespaces));
+    let namespace_watch = if no_cluster {
+        None
+    } else {
+        let client = kube::Client::try_default()
+            .await
+            .context("cannot watch the cluster's namespaces (use --no-cluster to run without)")
+            .map_err(StartError::Runtime)?;
+        Some(NamespaceWatch::spawn(
+            client,
+            namespace_store.clone(),
+            NamespaceWatchConfig::default(),
+        ))
+    };
     let options = ServeOptions {
         listen: args.listen,
         probe_listen: args.probe_listen,
@@ -233,6 +256,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         limits: args.limits.clone(),
         config: args.policy.clone().finalize(),
         store: caches.store.clone(),
+        namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),
         metrics,
     };
@@ -254,6 +278,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     }
     let result = server.run(signals).await.map_err(StartError::Runtime);
     drop(caches);
+    drop(namespace_watch);
     result
 }
 

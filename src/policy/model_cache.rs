@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use serde_json::{Value, json};
 
 use super::workload::{ContainerList, Workload};
+use super::{Change, Rule};
 use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, PatchBuilder};
@@ -46,19 +47,18 @@ impl<'a> Caches<'a> {
     }
 }
 
+/// Resolves the pod's model and patches accordingly; returns what that changes (the caller
+/// keeps it only when the patch grew). `warnings` gets the notes that describe no change.
 pub fn apply(
     w: &Workload,
     cfg: &PolicyConfig,
     caches: Caches,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) {
-    let Some(model_uri) = w
+) -> Option<Change> {
+    let model_uri = w
         .annotation(MODEL_URI)
-        .or_else(|| w.annotation(KSERVE_SOURCE_URI))
-    else {
-        return;
-    };
+        .or_else(|| w.annotation(KSERVE_SOURCE_URI))?;
     let index = caches.index();
     let early = if w.has_annotation(DISABLE) || w.has_annotation(KSERVE_DISABLE) {
         Some(MissReason::OptedOut)
@@ -89,19 +89,55 @@ pub fn apply(
         }),
     };
     match answer {
-        Lookup::Hit(h) => hit(w, cfg, model_uri, &h, patch, warnings),
+        Lookup::Hit(h) => {
+            let source = hit(w, cfg, &h, patch, warnings);
+            // Both texts fit a warning whole, with the cache's name intact (the longer template
+            // is "model  served from ", 19 bytes besides the URI and the source).
+            let uri = super::shorten_uri(
+                model_uri,
+                super::MAX_WARNING_LEN.saturating_sub(19 + source.len()),
+            );
+            Some(
+                Change::new(Rule::ModelCache, format!("mount {uri} from {source}"))
+                    .warned(format!("model {uri} served from {source}")),
+            )
+        }
         Lookup::Miss(m) => {
-            if let (Some(cache), Some(missing)) = (&m.cache, &m.missing) {
-                // The reason first: the API server clips long warnings.
-                warnings.push(format!(
-                    "{}: {} matches {model_uri} but {missing}",
+            miss(w, m.reason, patch);
+            let change = Change::new(
+                Rule::ModelCache,
+                format!(
+                    "record a model cache miss for {model_uri} ({MODEL_CACHE}: miss, {REASON}: {})",
+                    m.reason
+                ),
+            );
+            Some(match (&m.cache, &m.missing) {
+                (Some(cache), Some(missing)) => change.warned(miss_warning(
                     m.reason,
-                    cache.describe(),
-                ));
-            }
-            miss(w, m.reason, patch)
+                    &cache.describe(),
+                    model_uri,
+                    missing,
+                )),
+                _ => change,
+            })
         }
     }
+}
+
+/// `pvc-missing: LocalModelCache llama matches hf://org/llama but PVC team-b/llama-gpu does not
+/// exist`: the reason first, the URI shortened so that the rest stays whole.
+pub(crate) fn miss_warning(
+    reason: MissReason,
+    cache: &str,
+    model_uri: &str,
+    missing: &str,
+) -> String {
+    let fixed = reason.as_str().len() + 2 + cache.len() + " matches ".len() + " but ".len();
+    let uri = super::shorten_uri(
+        model_uri,
+        super::MAX_WARNING_LEN.saturating_sub(fixed + missing.len()),
+    );
+    format!("{reason}: {cache} matches {uri} but {missing}")
 }
 
 fn set_annotation(w: &Workload, patch: &mut PatchBuilder, key: &str, value: &str) {
@@ -136,14 +172,14 @@ fn set_annotations(w: &Workload, patch: &mut PatchBuilder, pairs: [(&str, &str);
     }
 }
 
+/// Patches the pod for a hit; returns the cache that serves the model, as a warning names it.
 fn hit(
     w: &Workload,
     cfg: &PolicyConfig,
-    model_uri: &str,
     h: &Hit,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) {
+) -> String {
     let cache_ref = h.cache.reference();
     let resolved_uri = h.resolved_uri();
     let sub_path = h.volume_sub_path();
@@ -201,11 +237,7 @@ fn hit(
     if let Some(p) = &h.placement {
         require_node_terms(w, &placement_terms(p), patch);
     }
-
-    warnings.push(format!(
-        "model {model_uri} served from {}",
-        h.cache.describe()
-    ));
+    h.cache.describe()
 }
 
 /// The group's required node terms, each ANDed with `metadata.name In [<downloaded nodes>]`

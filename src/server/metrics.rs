@@ -41,6 +41,13 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyResultLabels {
+    pub webhook: &'static str,
+    pub mode: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -56,6 +63,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<DurationLabels, Histogram>,
     errors: Family<ReasonLabels, Counter>,
+    policy_results: Family<PolicyResultLabels, Counter>,
     tls_reloads: Family<ResultLabels, Counter>,
     cert_expiry: Gauge,
     inflight: Gauge,
@@ -116,6 +124,13 @@ impl Metrics {
             "Admission requests that could not be reviewed, by reason",
             errors.clone(),
         );
+        let policy_results = Family::<PolicyResultLabels, Counter>::default();
+        registry.register(
+            "modelgate_policy_results",
+            "Pod and Job admissions the policy judged, by webhook, namespace mode (SPEC.md §9) \
+             and result (patched, denied, unchanged, would_patch, would_deny)",
+            policy_results.clone(),
+        );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "modelgate_tls_reloads",
@@ -152,6 +167,7 @@ impl Metrics {
             requests,
             duration,
             errors,
+            policy_results,
             tls_reloads,
             cert_expiry,
             inflight,
@@ -175,6 +191,15 @@ impl Metrics {
             })
             .inc();
         self.observe(webhook, kind, operation, summary.dry_run, seconds);
+        if let (Some(mode), Some(result)) = (summary.mode, summary.result) {
+            self.policy_results
+                .get_or_create(&PolicyResultLabels {
+                    webhook: webhook.as_str(),
+                    mode: mode.as_str(),
+                    result: result.as_str(),
+                })
+                .inc();
+        }
         if let Some(reason) = summary.error {
             self.error(reason);
         }

@@ -46,6 +46,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::{self, Context, Webhook};
 use crate::cache::CacheStore;
 use crate::config::PolicyConfig;
+use crate::namespaces::NamespaceStore;
 use deadline::Budget;
 pub use limits::Limits;
 use metrics::Metrics;
@@ -65,6 +66,8 @@ pub struct ServeOptions {
     pub config: PolicyConfig,
     /// The model caches the admissions read.
     pub store: Arc<CacheStore>,
+    /// Namespace modes and Pod Security levels the admissions read.
+    pub namespaces: Arc<NamespaceStore>,
     /// Whether the cache source lets `/readyz` say ready (for static caches and the plain
     /// store: `store.is_synced()`).
     pub caches_ready: CachesReady,
@@ -79,6 +82,7 @@ pub type CachesReady = Box<dyn Fn() -> bool + Send + Sync>;
 struct AppState {
     config: PolicyConfig,
     store: Arc<CacheStore>,
+    namespaces: Arc<NamespaceStore>,
     caches_ready: CachesReady,
     metrics: Arc<Metrics>,
     tls: Arc<TlsReloader>,
@@ -139,6 +143,7 @@ impl Server {
             state: Arc::new(AppState {
                 config: options.config,
                 store: options.store,
+                namespaces: options.namespaces,
                 caches_ready: options.caches_ready,
                 metrics,
                 tls: reloader,
@@ -774,9 +779,11 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     };
     // The pipeline is CPU-bound and takes microseconds: it runs inline.
     let view = state.store.view();
+    let namespaces = state.namespaces.view();
     let ctx = Context {
         config: &state.config,
         caches: view.caches(),
+        namespaces: &namespaces,
     };
     let outcome = admission::review(webhook, &body, &ctx);
     let seconds = started.elapsed().as_secs_f64();

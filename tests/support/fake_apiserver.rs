@@ -3,11 +3,7 @@
 //!
 //! - `GET /apis/<group>/<version>/<plural>` (and `/namespaces/<ns>/<plural>`): a JSON list whose
 //!   `metadata.resourceVersion` is the server's current revision, in pages when `limit` is given
-//!   (`metadata.continue` names the next one). The core kinds routing reads
-//!   are served the same way under `/api/v1/` (`persistentvolumeclaims`, `nodes`).
-//! - A request whose `Accept` asks for `as=PartialObjectMetadataList` (lists) or
-//!   `as=PartialObjectMetadata` (watches) gets `PartialObjectMetadata` objects, metadata only, as
-//!   the real server answers kube's metadata watcher: nothing but metadata can be read from them.
+//!   (`metadata.continue` names the next one).
 //! - `?watch=true|1&resourceVersion=R`: newline-delimited `ADDED`/`MODIFIED`/`DELETED` events
 //!   after `R` (replayed from history, then live), `BOOKMARK`s when `allowWatchBookmarks=true`,
 //!   closed after `timeoutSeconds`. A resourceVersion older than the last compaction gets
@@ -15,6 +11,13 @@
 //!   410 in [`FakeApiServer::set_http_410`] mode.
 //! - A resource whose CRD is not installed answers 404: a JSON `Status` when other resources of
 //!   the group exist, the plain `404 page not found` when none does.
+//! - Core `v1` Namespaces, PersistentVolumeClaims and Nodes at `/api/v1/…`, always installed. A request that asks for
+//!   metadata only (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`) gets
+//!   `PartialObjectMetadata` objects, as the real server answers it.
+//! - Workloads for `audit` (Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets,
+//!   ReplicaSets) at their real paths, list only, paged by `limit` and `continue`; a namespace
+//!   can be made forbidden (403, as RBAC answers), and continue tokens can be made to expire
+//!   (410). See [`Workloads`].
 //!
 //! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
 //! history, make lists fail, and count requests.
@@ -29,7 +32,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::channel::mpsc;
@@ -38,21 +41,26 @@ use serde_json::{Value, json};
 pub const GROUP: &str = "serving.kserve.io";
 pub const VERSION: &str = "v1alpha1";
 
-/// The served resources: plural, kind, namespaced, apiVersion.
+/// The three model-cache resources: plural, kind, namespaced.
 pub const CACHES: &str = "localmodelcaches";
 pub const NAMESPACE_CACHES: &str = "localmodelnamespacecaches";
 pub const NODE_GROUPS: &str = "localmodelnodegroups";
+/// Core Namespaces, PersistentVolumeClaims and Nodes (always installed).
+pub const NAMESPACES: &str = "namespaces";
 pub const PVCS: &str = "persistentvolumeclaims";
 pub const NODES: &str = "nodes";
-/// Every resource modelgate watches; the core ones are always installed.
+/// Every resource the model-cache watch reads (Namespaces are the rollout modes').
 pub const ALL: [&str; 5] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS, PVCS, NODES];
 const KSERVE: &str = "serving.kserve.io/v1alpha1";
-const RESOURCES: [(&str, &str, bool, &str); 5] = [
+const CORE: &str = "v1";
+/// Plural, kind, namespaced, apiVersion.
+const RESOURCES: [(&str, &str, bool, &str); 6] = [
     (CACHES, "LocalModelCache", false, KSERVE),
     (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
     (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
-    (PVCS, "PersistentVolumeClaim", true, "v1"),
-    (NODES, "Node", false, "v1"),
+    (NAMESPACES, "Namespace", false, CORE),
+    (PVCS, "PersistentVolumeClaim", true, CORE),
+    (NODES, "Node", false, CORE),
 ];
 
 type Key = (String, String);
@@ -81,7 +89,7 @@ struct Watch {
 pub struct Counts {
     pub lists: usize,
     pub watches: usize,
-    /// Of those, the requests for `PartialObjectMetadata` (metadata only).
+    /// Lists and watches that asked for metadata only.
     pub metadata_only: usize,
 }
 
@@ -98,6 +106,7 @@ struct Inner {
     counts: HashMap<String, Counts>,
     /// Taken away ([`FakeApiServer::take_down`]): requests on connections still open get 503.
     down: bool,
+    workloads: Workloads,
 }
 
 #[derive(Clone)]
@@ -106,11 +115,6 @@ pub struct FakeApiServer {
     inner: Arc<Mutex<Inner>>,
     /// The accept loop, aborted by [`FakeApiServer::take_down`].
     serving: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
-}
-
-/// An object as `PartialObjectMetadata`, as the API server answers a metadata-only request.
-fn partial(object: &Value) -> Value {
-    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -145,7 +149,7 @@ impl FakeApiServer {
                     kind,
                     api_version,
                     namespaced,
-                    installed: api_version == "v1" || installed.contains(&plural),
+                    installed: installed.contains(&plural) || api_version == CORE,
                     objects: BTreeMap::new(),
                     history: Vec::new(),
                     fail_lists: None,
@@ -163,6 +167,7 @@ impl FakeApiServer {
             requests: 0,
             counts: HashMap::new(),
             down: false,
+            workloads: Workloads::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -325,14 +330,15 @@ impl FakeApiServer {
         let rv = inner.revision.to_string();
         let mut kinds = HashMap::new();
         for (plural, r) in &inner.resources {
-            kinds.insert(plural.clone(), (r.kind, r.api_version));
+            kinds.insert(plural.clone(), (r.api_version, r.kind));
         }
         inner.watches.retain(|w| {
             if !w.bookmarks {
                 return true;
             }
+            let (api_version, kind) = kinds[&w.plural];
             let bookmark = json!({
-                "apiVersion": kinds[&w.plural].1, "kind": kinds[&w.plural].0,
+                "apiVersion": api_version, "kind": kind,
                 "metadata": {"resourceVersion": rv},
             });
             w.tx.unbounded_send(line("BOOKMARK", &bookmark)).is_ok()
@@ -377,7 +383,7 @@ impl Inner {
                 return !w.tx.is_closed();
             }
             let sent = if w.metadata_only {
-                partial(object)
+                metadata_only(object)
             } else {
                 object.clone()
             };
@@ -386,28 +392,37 @@ impl Inner {
     }
 }
 
-/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` or `/api/v1[/namespaces/<ns>]/<plural>`
-/// → (namespace, plural).
-fn parse_path(path: &str) -> Option<(Option<String>, String)> {
-    let rest = path
-        .strip_prefix(&format!("/apis/{GROUP}/{VERSION}/"))
-        .or_else(|| path.strip_prefix("/api/v1/"))?;
+/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` or `/api/v1/…` → (apiVersion,
+/// namespace, plural).
+fn parse_path(path: &str) -> Option<(&'static str, Option<String>, String)> {
+    let (api_version, rest) = match path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/")) {
+        Some(rest) => (KSERVE, rest),
+        None => (CORE, path.strip_prefix("/api/v1/")?),
+    };
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
-        [plural] => Some((None, plural.to_string())),
-        ["namespaces", ns, plural] => Some((Some(ns.to_string()), plural.to_string())),
+        [plural] => Some((api_version, None, plural.to_string())),
+        ["namespaces", ns, plural] => Some((api_version, Some(ns.to_string()), plural.to_string())),
         _ => None,
     }
+}
+
+/// An object as a metadata-only request sees it.
+fn metadata_only(object: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": object["metadata"],
+    })
 }
 
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     method: Method,
     uri: Uri,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let metadata_only = headers
+    let metadata_only_request = headers
         .get(header::ACCEPT)
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
@@ -417,8 +432,17 @@ async fn handle(
         return json_response(503, &status(503, "ServiceUnavailable", "taken down"));
     }
     inner.requests += 1;
+    if let Some(answer) = inner.workloads.answer(&method, &uri, &query) {
+        return answer;
+    }
+    let parsed = parse_path(uri.path());
+    let group_of_request = parsed.as_ref().map(|p| p.0);
     let not_found = |inner: &Inner| {
-        if inner.resources.values().any(|r| r.installed) {
+        if inner
+            .resources
+            .values()
+            .any(|r| r.installed && Some(r.api_version) == group_of_request)
+        {
             json_response(
                 404,
                 &status(
@@ -431,18 +455,9 @@ async fn handle(
             (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
         }
     };
-    let Some((namespace, plural)) = parse_path(uri.path()) else {
+    let Some((api_version, namespace, plural)) = parsed else {
         return not_found(inner);
     };
-    // Core paths must not serve custom resources and vice versa.
-    let core_path = uri.path().starts_with("/api/v1/");
-    if inner
-        .resources
-        .get(&plural)
-        .is_some_and(|r| (r.api_version == "v1") != core_path)
-    {
-        return not_found(inner);
-    }
     if method != Method::GET {
         return json_response(405, &status(405, "MethodNotAllowed", "read-only fake"));
     }
@@ -453,12 +468,16 @@ async fn handle(
     } else {
         counts.lists += 1;
     }
-    if metadata_only {
+    if metadata_only_request {
         counts.metadata_only += 1;
     }
     let revision = inner.revision;
     let (compacted, http_410) = (inner.compacted, inner.http_410);
-    let Some(r) = inner.resources.get(&plural).filter(|r| r.installed) else {
+    let Some(r) = inner
+        .resources
+        .get(&plural)
+        .filter(|r| r.installed && r.api_version == api_version)
+    else {
         return not_found(inner);
     };
     if namespace.is_some() && !r.namespaced {
@@ -499,21 +518,24 @@ async fn handle(
             .map(|((ns, name), _)| format!("{ns}/{name}"));
         let items: Vec<Value> = page
             .into_iter()
-            .map(|(_, o)| if metadata_only { partial(o) } else { o.clone() })
+            .map(|(_, o)| {
+                if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                }
+            })
             .collect();
-        let (api_version, kind) = if metadata_only {
-            (
-                "meta.k8s.io/v1".to_string(),
-                "PartialObjectMetadataList".to_string(),
-            )
+        let (list_api_version, list_kind) = if metadata_only_request {
+            ("meta.k8s.io/v1", "PartialObjectMetadataList".to_string())
         } else {
-            (r.api_version.to_string(), format!("{}List", r.kind))
+            (r.api_version, format!("{}List", r.kind))
         };
         return json_response(
             200,
             &json!({
-                "apiVersion": api_version,
-                "kind": kind,
+                "apiVersion": list_api_version,
+                "kind": list_kind,
                 "metadata": {"resourceVersion": revision.to_string(), "continue": next},
                 "items": items,
             }),
@@ -526,7 +548,11 @@ async fn handle(
         // "Any": the current objects as ADDED, then live.
         "" | "0" => {
             for o in r.objects.values().filter(|o| in_scope(o)) {
-                let o = if metadata_only { partial(o) } else { o.clone() };
+                let o = if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                };
                 let _ = tx.unbounded_send(line("ADDED", &o));
             }
         }
@@ -544,7 +570,11 @@ async fn handle(
                 return stream_response(rx, None);
             }
             for (_, kind, o) in r.history.iter().filter(|(v, _, o)| *v > rv && in_scope(o)) {
-                let o = if metadata_only { partial(o) } else { o.clone() };
+                let o = if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                };
                 let _ = tx.unbounded_send(line(kind, &o));
             }
         }
@@ -554,7 +584,7 @@ async fn handle(
         plural,
         namespace,
         bookmarks,
-        metadata_only,
+        metadata_only: metadata_only_request,
         tx,
     });
     let timeout = query
@@ -574,4 +604,185 @@ fn stream_response(rx: mpsc::UnboundedReceiver<Bytes>, timeout: Option<Duration>
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
         .unwrap()
+}
+
+/// The workload kinds `audit` lists: plural, API path prefix, apiVersion, kind.
+const WORKLOAD_RESOURCES: [(&str, &str, &str, &str); 7] = [
+    ("pods", "/api/v1", "v1", "Pod"),
+    ("jobs", "/apis/batch/v1", "batch/v1", "Job"),
+    ("cronjobs", "/apis/batch/v1", "batch/v1", "CronJob"),
+    ("deployments", "/apis/apps/v1", "apps/v1", "Deployment"),
+    ("statefulsets", "/apis/apps/v1", "apps/v1", "StatefulSet"),
+    ("daemonsets", "/apis/apps/v1", "apps/v1", "DaemonSet"),
+    ("replicasets", "/apis/apps/v1", "apps/v1", "ReplicaSet"),
+];
+
+/// One list call of a workload resource, as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadList {
+    pub plural: String,
+    pub namespace: Option<String>,
+    pub limit: Option<usize>,
+    pub continued: bool,
+}
+
+/// Workloads, served list-only with the paging of the real server: `limit` caps a page, and a
+/// `metadata.continue` token (opaque to clients) leads to the next one.
+#[derive(Default)]
+struct Workloads {
+    /// By plural, each list in (namespace, name) order.
+    objects: HashMap<&'static str, BTreeMap<Key, Value>>,
+    forbidden: std::collections::BTreeSet<String>,
+    expire_continue: bool,
+    lists: Vec<WorkloadList>,
+}
+
+impl Workloads {
+    fn answer(
+        &mut self,
+        method: &Method,
+        uri: &Uri,
+        query: &HashMap<String, String>,
+    ) -> Option<Response> {
+        let path = uri.path();
+        let (plural, prefix, api_version, kind) =
+            WORKLOAD_RESOURCES
+                .iter()
+                .copied()
+                .find(|(plural, prefix, _, _)| {
+                    path.strip_prefix(prefix).is_some_and(|rest| {
+                        rest == format!("/{plural}")
+                            || (rest.starts_with("/namespaces/")
+                                && rest.ends_with(&format!("/{plural}")))
+                    })
+                })?;
+        let rest = &path[prefix.len()..];
+        let namespace = rest
+            .strip_prefix("/namespaces/")
+            .and_then(|r| r.strip_suffix(&format!("/{plural}")))
+            .map(str::to_string);
+        if method != Method::GET || query.contains_key("watch") {
+            return Some(json_response(
+                405,
+                &status(405, "MethodNotAllowed", "list-only fake"),
+            ));
+        }
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|&l| l > 0);
+        let token = query.get("continue").filter(|c| !c.is_empty());
+        self.lists.push(WorkloadList {
+            plural: plural.to_string(),
+            namespace: namespace.clone(),
+            limit,
+            continued: token.is_some(),
+        });
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        match &namespace {
+            Some(ns) if self.forbidden.contains(ns) => {
+                let message = format!(
+                    "{plural} is forbidden: User \"fake\" cannot list resource \"{plural}\" in API group \"{group}\" in the namespace \"{ns}\""
+                );
+                return Some(json_response(403, &status(403, "Forbidden", &message)));
+            }
+            None if !self.forbidden.is_empty() => {
+                let message = format!(
+                    "{plural} is forbidden: User \"fake\" cannot list resource \"{plural}\" in API group \"{group}\" at the cluster scope"
+                );
+                return Some(json_response(403, &status(403, "Forbidden", &message)));
+            }
+            _ => {}
+        }
+        let start = match token {
+            None => 0,
+            Some(_) if self.expire_continue => {
+                let message = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
+                return Some(json_response(410, &status(410, "Expired", message)));
+            }
+            Some(t) => match t
+                .strip_prefix("offset-")
+                .and_then(|o| o.parse::<usize>().ok())
+            {
+                Some(o) => o,
+                None => {
+                    return Some(json_response(
+                        400,
+                        &status(400, "BadRequest", "bad continue token"),
+                    ));
+                }
+            },
+        };
+        let all: Vec<&Value> = self
+            .objects
+            .get(plural)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|o| {
+                namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace.as_deref()
+            })
+            .collect();
+        let end = limit.map_or(all.len(), |l| (start + l).min(all.len()));
+        let items: Vec<Value> = all[start.min(end)..end]
+            .iter()
+            .map(|o| {
+                // List items carry no apiVersion and kind; the list does.
+                let mut o = (*o).clone();
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
+        let mut metadata = json!({"resourceVersion": "1"});
+        if end < all.len() {
+            metadata["continue"] = json!(format!("offset-{end}"));
+            metadata["remainingItemCount"] = json!(all.len() - end);
+        }
+        Some(json_response(
+            200,
+            &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": metadata, "items": items}),
+        ))
+    }
+}
+
+impl FakeApiServer {
+    /// Adds a workload (`plural` one of pods, jobs, cronjobs, deployments, statefulsets,
+    /// daemonsets, replicasets); `apiVersion` and `kind` are filled in.
+    pub fn add_workload(&self, plural: &str, mut object: Value) {
+        let (plural, _, api_version, kind) = WORKLOAD_RESOURCES
+            .iter()
+            .copied()
+            .find(|r| r.0 == plural)
+            .unwrap_or_else(|| panic!("{plural}: not a workload resource"));
+        object["apiVersion"] = json!(api_version);
+        object["kind"] = json!(kind);
+        let key = key_of(&object);
+        self.lock()
+            .workloads
+            .objects
+            .entry(plural)
+            .or_default()
+            .insert(key, object);
+    }
+
+    /// Lists in `namespace` are refused with 403, and so are lists in all namespaces (the user
+    /// has no cluster-wide list permission).
+    pub fn forbid_namespace(&self, namespace: &str) {
+        self.lock()
+            .workloads
+            .forbidden
+            .insert(namespace.to_string());
+    }
+
+    /// Continue tokens are refused with 410 Expired (the list changed too long ago).
+    pub fn expire_continue_tokens(&self, on: bool) {
+        self.lock().workloads.expire_continue = on;
+    }
+
+    /// Every list call of a workload resource so far, in order.
+    pub fn workload_lists(&self) -> Vec<WorkloadList> {
+        self.lock().workloads.lists.clone()
+    }
 }

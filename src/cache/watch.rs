@@ -57,8 +57,9 @@ pub struct ClusterCacheArgs {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub no_cluster: bool,
 
-    /// How long /readyz waits for the first list of each cache kind (e.g. 30s, 500ms, 2m).
-    /// After it, requests are admitted with model cache misses and a warning until synced.
+    /// How long /readyz waits for the first list of each watched kind (the three cache kinds,
+    /// PVCs, Nodes; e.g. 30s, 500ms, 2m). After it, requests are admitted with `not-synced`
+    /// model cache misses and a warning until synced.
     #[arg(long, env = "MODELGATE_CACHE_SYNC_TIMEOUT", default_value = "30s",
           value_parser = parse_sync_timeout)]
     pub cache_sync_timeout: Duration,

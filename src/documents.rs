@@ -24,6 +24,15 @@ pub enum DocumentError {
     NotAnObject { origin: String, index: usize },
     #[error("{origin}: document {index} is a List whose `items` is not an array")]
     BadList { origin: String, index: usize },
+    #[error(
+        "{origin}: document {index} is a List whose items[{item}] is not an object (found {found})"
+    )]
+    ListItemNotAnObject {
+        origin: String,
+        index: usize,
+        item: usize,
+        found: &'static str,
+    },
 }
 
 /// Parses `text` (named `origin` in errors) into its objects, in order. Empty documents are
@@ -93,6 +102,15 @@ pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, Documen
             };
             out.reserve(items.len());
             for (j, item) in items.into_iter().enumerate() {
+                // kubectl refuses such a List too; passing it on would hand callers a non-object.
+                if !item.is_object() {
+                    return Err(DocumentError::ListItemNotAnObject {
+                        origin: origin.to_string(),
+                        index,
+                        item: j,
+                        found: json_type(&item),
+                    });
+                }
                 out.push(Document {
                     origin: format!("{doc_origin}.items[{j}]"),
                     value: item,
@@ -134,6 +152,17 @@ fn split_yaml(text: &str) -> Vec<(usize, String)> {
         docs.push((start, current));
     }
     docs
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 fn one_line(s: &str) -> String {
@@ -199,5 +228,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("document 1 is not an object"), "{e}");
+    }
+
+    #[test]
+    fn list_items_must_be_objects() {
+        let e = read_documents("fuzz", r#"{"apiVersion":"v1","kind":"List","items":[0]}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "fuzz: document 1 is a List whose items[0] is not an object (found a number)"
+        );
+        let e = read_documents(
+            "l.yaml",
+            "kind: Pod\n---\nkind: PodList\nitems:\n- {kind: Pod}\n- null\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "l.yaml: document 2 is a List whose items[1] is not an object (found null)"
+        );
     }
 }

@@ -73,6 +73,7 @@ for target in "${TARGETS[@]}"; do
   echo "==> fuzz $target for ${SECONDS_PER_TARGET}s" >&2
   if ! cargo_fuzz run -s none --release "$target" "$scratch" -- \
     -max_total_time="$SECONDS_PER_TARGET" "${LIMITS[@]}" -print_final_stats=1; then
+    # shellcheck disable=SC2012 # libFuzzer names artifacts crash-<sha1> and the like
     artifact="$(ls -t "artifacts/$target"/* 2>/dev/null | head -n 1 || true)"
     cat >&2 <<EOF
 

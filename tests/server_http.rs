@@ -370,6 +370,11 @@ async fn probes_metrics_and_one_log_line_per_admission() {
         r#"modelgate_tls_reloads_total{result="success"} 1"#,
         "modelgate_inflight_requests 0",
         "modelgate_tls_certificate_expiry_timestamp_seconds ",
+        // The process metrics every Prometheus client exports.
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
     ] {
         assert!(metrics.contains(want), "missing {want} in\n{metrics}");
     }

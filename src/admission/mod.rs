@@ -176,7 +176,7 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
         Err(denial) => return Decision::deny(&denial),
     };
     let namespace = decoded.namespace().unwrap_or(req.namespace.as_str());
-    let mut decision = if ctx.config.is_exempt(namespace) {
+    let mut decision = if is_exempt(ctx, namespace, &decoded) {
         Decision::allow()
     } else {
         match decoded.workload(namespace) {
@@ -187,6 +187,16 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
     decision.object_namespace = Some(namespace.to_string());
     decision.object_name = decoded.name().map(str::to_string);
     decision
+}
+
+/// The annotation the kubelet puts on the mirror of a static pod.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Objects allowed untouched (SPEC.md §1): those of an exempt namespace, and mirror pods. A
+/// mirror pod only reflects a static pod the kubelet runs from a file on its node: the API
+/// server cannot change what runs, and refusing the mirror only hides the pod from the cluster.
+fn is_exempt(ctx: &Context, namespace: &str, decoded: &DecodedObject) -> bool {
+    ctx.config.is_exempt(namespace) || decoded.is_mirror_pod()
 }
 
 fn judge(webhook: Webhook, ephemeral_update: bool, workload: &Workload, ctx: &Context) -> Decision {
@@ -360,6 +370,14 @@ impl DecodedObject {
             Object::Pod(p) => p.metadata.as_ref(),
             Object::Job(j) => j.metadata.as_ref(),
         }
+    }
+
+    fn is_mirror_pod(&self) -> bool {
+        matches!(self.object, Object::Pod(_))
+            && self
+                .metadata()
+                .and_then(|m| m.annotations.as_ref())
+                .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
     }
 
     fn namespace(&self) -> Option<&str> {

@@ -1080,6 +1080,44 @@ fn exempt_namespaces_are_untouched() {
 }
 
 #[test]
+fn mirror_pods_are_untouched() {
+    let cfg = PolicyConfig::default().finalize();
+    let mut p = pod(
+        json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
+    );
+    p["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "3f2a"});
+    for webhook in [Webhook::Mutate, Webhook::Validate] {
+        let a = run_with(
+            webhook,
+            &review_of("Pod", "CREATE", None, "team-a", p.clone()),
+            &cfg,
+            &CacheIndex::new(),
+        );
+        assert!(a.allowed() && a.patch.is_empty() && a.warnings().is_empty());
+    }
+    // The annotation is the kubelet's mark on Pods only: a Job template carrying it is judged.
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+        "spec": {"template": {"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}}}});
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Job", "CREATE", None, "team-a", job),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+    // Without the annotation the same pod is denied.
+    p["metadata"]["annotations"] = json!({});
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "team-a", p),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+}
+
+#[test]
 fn ephemeral_container_update_touches_only_ephemeral_security_contexts() {
     let p = pod(json!({
         "containers": [{"name": "c", "image": "x"}],

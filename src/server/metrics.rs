@@ -4,6 +4,9 @@
 //! Label values are bounded: `kind` is `Pod`, `Job`, `other` or `none` (the body could not be
 //! read), `operation` one of the four admission operations or `none`, so a client cannot grow
 //! the series without limit.
+//!
+//! The `process_*` metrics (CPU, memory, file descriptors, start time) come from
+//! [`super::process_metrics`], registered here so that every `/metrics` carries them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -129,6 +132,7 @@ impl Metrics {
             "Admission requests being handled",
             inflight.clone(),
         );
+        registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
         Metrics {
             registry,
             requests,
@@ -250,6 +254,10 @@ mod tests {
             r#"modelgate_tls_reloads_total{result="success"} 1"#,
             "modelgate_tls_certificate_expiry_timestamp_seconds 1900000000",
             "modelgate_inflight_requests 1",
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }

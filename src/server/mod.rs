@@ -12,6 +12,7 @@
 
 pub mod deadline;
 pub mod metrics;
+pub mod process_metrics;
 pub mod shutdown;
 pub mod tls;
 

@@ -1,0 +1,54 @@
+{{/*
+Operations: what keeps the webhooks from locking up the cluster, and the names the monitoring
+objects (servicemonitor.yaml, prometheusrule.yaml, grafana-dashboard.yaml) select by.
+*/}}
+
+{{/* failurePolicy of one webhook ("mutate" or "validate"): its own value, else the chart-wide one. */}}
+{{- define "modelgate.failurePolicy" -}}
+{{- $hook := index .root.Values.webhooks .hook -}}
+{{- default .root.Values.failurePolicy $hook.failurePolicy -}}
+{{- end -}}
+
+{{/* timeoutSeconds of one webhook: its own value (1..30), else the chart-wide one. */}}
+{{- define "modelgate.timeoutSeconds" -}}
+{{- $hook := index .root.Values.webhooks .hook -}}
+{{- int64 (default .root.Values.timeoutSeconds $hook.timeoutSeconds) -}}
+{{- end -}}
+
+{{/*
+matchConditions of both webhooks (CEL, evaluated by the API server before it calls modelgate, so
+a request they keep out is admitted even while modelgate is down):
+- mirror pods: the kubelet's API copies of static pods (the control plane's own on kubeadm
+  clusters); the API server cannot change what runs, and the code skips them too;
+- requests made by modelgate's own service account;
+- the exempt namespaces (also kept out by the namespaceSelector, which a values file may replace);
+- pods and Jobs of the priority classes in matchConditions.excludePriorityClasses.
+*/}}
+{{- define "modelgate.matchConditions" -}}
+{{- if .Values.matchConditions.enabled }}
+matchConditions:
+  - name: exclude-mirror-pods
+    expression: >-
+      request.kind.kind != 'Pod' || !has(object.metadata.annotations) ||
+      !('kubernetes.io/config.mirror' in object.metadata.annotations)
+  - name: exclude-own-service-account
+    expression: >-
+      request.userInfo.username != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
+  - name: exclude-exempt-namespaces
+    expression: >-
+      !(request.namespace in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
+  {{- with .Values.matchConditions.excludePriorityClasses }}
+  {{- $classes := toJson . | replace "\"" "'" }}
+  - name: exclude-priority-classes
+    expression: >-
+      request.kind.kind == 'Pod'
+      ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {{ $classes }})
+      : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The job label Prometheus gives modelgate's targets: the Service's name (ServiceMonitor default). */}}
+{{- define "modelgate.metricsJob" -}}
+{{- include "modelgate.fullname" . -}}
+{{- end -}}

@@ -1,0 +1,161 @@
+"""Each alert of the PrometheusRule fires on the condition docs/operations.md gives for it, and
+stays quiet on a healthy counterpart: `promtool test rules` on synthetic series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k8s import load, one
+from tools import NS, Assets, run
+
+SEL = f'job="modelgate",namespace="{NS}"'
+
+
+def case(alert: str, series: dict[str, str], at: str, fires: list[dict[str, str]]) -> dict:
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "alert_rule_test": [
+            {"eval_time": at, "alertname": alert, "exp_alerts": [{"exp_labels": {"alertname": alert, **f}} for f in fires]}
+        ],
+    }
+
+
+def histogram(name: str, labels: str, slow: bool) -> dict[str, str]:
+    """Ten observations a minute, all under 100 ms, or all between 1 s and 5 s."""
+    fast = "0+10x40"
+    none = "0+0x40"
+    return {
+        f'{name}{{{labels},le="0.1"}}': none if slow else fast,
+        f'{name}{{{labels},le="1"}}': none if slow else fast,
+        f'{name}{{{labels},le="5"}}': fast,
+        f'{name}{{{labels},le="+Inf"}}': fast,
+    }
+
+
+CRIT = {"severity": "critical"}
+WARN = {"severity": "warning"}
+UP = {f"up{{{SEL}}}": "1x40"}
+DEPLOY = f'kube_deployment_status_replicas_available{{namespace="{NS}",deployment="modelgate"}}'
+MUTATE_HOOK = 'name="mutate.modelgate.io",type="admit",operation="CREATE"'
+
+CASES = {
+    "no ready replica (kube-state-metrics)": case(
+        "ModelgateNoReadyReplica", {DEPLOY: "0x40", **UP}, "5m", [{**CRIT, "namespace": NS, "deployment": "modelgate"}]
+    ),
+    "no modelgate target up": case(
+        "ModelgateNoReadyReplica", {f"up{{{SEL}}}": "0x40"}, "5m", [{**CRIT, "job": "modelgate", "namespace": NS}]
+    ),
+    "no modelgate target at all": case(
+        "ModelgateNoReadyReplica", {'up{job="other"}': "1x40"}, "5m", [{**CRIT, "job": "modelgate", "namespace": NS}]
+    ),
+    "healthy replicas": case("ModelgateNoReadyReplica", {DEPLOY: "2x40", **UP}, "5m", []),
+    "10% of requests fail": case(
+        "ModelgateAdmissionErrors",
+        {f'modelgate_admission_errors_total{{{SEL},reason="deadline_exceeded"}}': "0+10x40",
+         f"modelgate_admission_requests_total{{{SEL}}}": "0+100x40"},
+        "20m", [{**WARN, "job": "modelgate", "namespace": NS}],
+    ),
+    "1% of requests fail": case(
+        "ModelgateAdmissionErrors",
+        {f'modelgate_admission_errors_total{{{SEL},reason="invalid_json"}}': "0+1x40",
+         f"modelgate_admission_requests_total{{{SEL}}}": "0+100x40"},
+        "20m", [],
+    ),
+    "p99 over half the mutate timeout": case(
+        "ModelgateLatencyHigh", histogram("modelgate_admission_duration_seconds_bucket", f'{SEL},webhook="mutate"', True),
+        "20m", [{**WARN, "job": "modelgate", "namespace": NS, "webhook": "mutate"}],
+    ),
+    "p99 under 100 ms": case(
+        "ModelgateLatencyHigh", histogram("modelgate_admission_duration_seconds_bucket", f'{SEL},webhook="validate"', False),
+        "20m", [],
+    ),
+    "certificate expires in 10 days": case(
+        "ModelgateCertificateExpiring", {f"modelgate_tls_certificate_expiry_timestamp_seconds{{{SEL}}}": "864000x40"},
+        "20m", [{**WARN, "job": "modelgate", "namespace": NS}],
+    ),
+    "certificate expires in 100 days": case(
+        "ModelgateCertificateExpiring", {f"modelgate_tls_certificate_expiry_timestamp_seconds{{{SEL}}}": "8640000x40"},
+        "20m", [],
+    ),
+    "a cache kind never listed": case(
+        "ModelgateCachesNotSynced", {f'modelgate_cache_synced{{{SEL},kind="LocalModelCache"}}': "0x40"},
+        "15m", [{**WARN, "job": "modelgate", "namespace": NS, "kind": "LocalModelCache"}],
+    ),
+    "caches listed after 5 minutes": case(
+        "ModelgateCachesNotSynced", {f'modelgate_cache_synced{{{SEL},kind="LocalModelCache"}}': "0x5 1x35"},
+        "15m", [],
+    ),
+    "the API server cannot call the mutating webhook": case(
+        "ModelgateWebhookCallsFailing",
+        {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="calling_webhook_error",rejection_code="0"}}': "0+5x40"},
+        "15m", [{**CRIT, "name": "mutate.modelgate.io", "type": "admit", "error_type": "calling_webhook_error"}],
+    ),
+    "modelgate denies (no error) and another webhook fails": case(
+        "ModelgateWebhookCallsFailing",
+        {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="no_error",rejection_code="403"}}': "0+5x40",
+         'apiserver_admission_webhook_rejection_count{name="validate.kyverno.svc",type="validating",operation="CREATE",'
+         'error_type="calling_webhook_error",rejection_code="0"}': "0+5x40"},
+        "15m", [],
+    ),
+    "the API server fails open": case(
+        "ModelgateWebhookFailingOpen",
+        {'apiserver_admission_webhook_fail_open_count{name="validate.modelgate.io",type="validating"}': "0+1x40"},
+        "15m", [{**WARN, "name": "validate.modelgate.io", "type": "validating"}],
+    ),
+    "another webhook fails open": case(
+        "ModelgateWebhookFailingOpen",
+        {'apiserver_admission_webhook_fail_open_count{name="validate.kyverno.svc",type="validating"}': "0+1x40",
+         'apiserver_admission_webhook_fail_open_count{name="validate.modelgate.io",type="validating"}': "0x40"},
+        "15m", [],
+    ),
+    "the API server sees the mutating webhook slow": case(
+        "ModelgateWebhookSlowFromApiServer",
+        histogram("apiserver_admission_webhook_admission_duration_seconds_bucket", f'{MUTATE_HOOK},rejected="false"', True),
+        "20m", [{**WARN, "name": "mutate.modelgate.io", "type": "admit"}],
+    ),
+    "the API server sees the mutating webhook fast": case(
+        "ModelgateWebhookSlowFromApiServer",
+        histogram("apiserver_admission_webhook_admission_duration_seconds_bucket", f'{MUTATE_HOOK},rejected="false"', False),
+        "20m", [],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rules_without_annotations(assets: Assets) -> Path:
+    """The rendered rules; annotations dropped, since promtool would compare them too and these
+    tests are about when an alert fires."""
+    spec = one(load(assets.render("rules", "--set", "monitoring.prometheusRule.enabled=true")), "PrometheusRule")["spec"]
+    for group in spec["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    path = assets.work / "rules-for-tests.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case(rules_without_annotations: Path) -> None:
+    alerts = {r["alert"] for g in yaml.safe_load(rules_without_annotations.read_text())["groups"] for r in g["rules"]}
+    firing = {c["alert_rule_test"][0]["alertname"] for c in CASES.values() if c["alert_rule_test"][0]["exp_alerts"]}
+    quiet = {c["alert_rule_test"][0]["alertname"] for c in CASES.values() if not c["alert_rule_test"][0]["exp_alerts"]}
+    assert firing == alerts, f"alerts without a firing case: {sorted(alerts - firing)}"
+    assert quiet == alerts, f"alerts without a quiet case: {sorted(alerts - quiet)}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_promtool_test_rules(assets: Assets, rules_without_annotations: Path, name: str) -> None:
+    path = assets.work / ("alert-test-" + "".join(c if c.isalnum() else "-" for c in name) + ".yaml")
+    path.write_text(yaml.safe_dump({"rule_files": [str(rules_without_annotations)], "evaluation_interval": "1m", "tests": [CASES[name]]}))
+    run(assets.tool("promtool"), "test", "rules", path)
+
+
+def test_promtool_test_rules_can_fail(assets: Assets, rules_without_annotations: Path) -> None:
+    """A healthy deployment expected to fire: promtool must report the mismatch."""
+    wrong = case("ModelgateNoReadyReplica", {DEPLOY: "2x40", **UP}, "5m", [{**CRIT, "namespace": NS, "deployment": "modelgate"}])
+    path = assets.work / "alert-test-wrong.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(rules_without_annotations)], "evaluation_interval": "1m", "tests": [wrong]}))
+    assert run(assets.tool("promtool"), "test", "rules", path, ok=False).returncode != 0

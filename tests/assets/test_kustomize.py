@@ -1,0 +1,58 @@
+"""The kustomize assets (manifests/): every file and every overlay pass kubernetes-validate, and
+the rendered objects are what checks.py requires."""
+
+from __future__ import annotations
+
+import pytest
+
+import checks
+from tools import NS, Assets
+
+OVERLAYS = ["crds", "base", "default", "openshift", "monitoring"]
+
+
+def test_every_manifest_file_passes_kubernetes_validate(assets: Assets) -> None:
+    files = sorted(
+        p
+        for p in assets.manifests.rglob("*")
+        if p.suffix in (".yaml", ".yml") and p.name != "kustomization.yaml"  # kustomize's own config
+    )
+    assert len(files) >= 10, f"only {len(files)} manifest files found"
+    assets.validate(*files)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_passes_kubernetes_validate(assets: Assets, overlay: str) -> None:
+    assets.validate(assets.kustomize(overlay))
+
+
+def test_default_webhooks_with_inject_ca_from(assets: Assets) -> None:
+    checks.webhooks(assets.kustomize("default"), NS, "cert-manager")
+
+
+def test_base_webhooks(assets: Assets) -> None:
+    checks.webhooks(assets.kustomize("base"), NS, "none")
+
+
+def test_default_deployment(assets: Assets) -> None:
+    checks.deployment(assets.kustomize("default"), NS, "numeric")
+
+
+def test_default_rbac(assets: Assets) -> None:
+    checks.rbac(assets.kustomize("default"), NS)
+
+
+def test_openshift_preset_with_scc_assigned_ids(assets: Assets) -> None:
+    path = assets.kustomize("openshift")
+    checks.flags(path, "--default-fsgroup=0", "--run-as-user=none", "--run-as-group=none")
+    checks.deployment(path, NS, "scc")
+    checks.webhooks(path, NS, "cert-manager")
+
+
+def test_default_kinds_namespace_and_no_crds(assets: Assets) -> None:
+    checks.kinds(
+        assets.kustomize("default"),
+        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Service", "Deployment",
+        "PodDisruptionBudget", "Issuer", "Issuer", "Certificate", "Certificate",
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    )  # fmt: skip

@@ -39,6 +39,7 @@ fn pipeline(c: &mut Criterion) {
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let mut group = c.benchmark_group("pipeline");
     for (name, body) in reviews() {

@@ -99,6 +99,7 @@ fn floor_main() -> anyhow::Result<()> {
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let fixed = Bytes::from(admission::review(Webhook::Mutate, &body, &ctx).body);
     drop(index);

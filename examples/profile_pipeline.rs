@@ -24,6 +24,7 @@ fn main() {
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let mut bytes = 0;
     for _ in 0..n {

@@ -108,6 +108,7 @@ fn answer(webhook: Webhook, body: &[u8]) -> (u16, Value) {
     let ctx = Context {
         config: &CONFIG,
         caches: Caches::Ready(&INDEX),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let out = admission::review(webhook, body, &ctx);
     let v: Value = serde_json::from_slice(&out.body).expect("the answer is JSON");

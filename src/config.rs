@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::namespaces::Mode;
+
 /// Largest uid/gid Kubernetes accepts (`int32` max).
 pub const MAX_ID: i64 = 2_147_483_647;
 
@@ -87,6 +89,10 @@ pub struct PolicyConfig {
         value_delimiter = ','
     )]
     pub exempt_namespaces: Vec<String>,
+
+    /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
+    #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = Mode::Enforce)]
+    pub default_mode: Mode,
 }
 
 impl Default for PolicyConfig {
@@ -102,6 +108,7 @@ impl Default for PolicyConfig {
             cache_mount_path: "/models".into(),
             model_mount_path: "/mnt/models".into(),
             exempt_namespaces: Vec::new(),
+            default_mode: Mode::Enforce,
         }
     }
 }

@@ -99,6 +99,7 @@ fn resolve(store: &CacheStore, namespace: &str, model_uri: &str) -> (String, Vec
     let ctx = Context {
         config: &policy,
         caches: view.caches(),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let outcome = admission::review(Webhook::Mutate, &pod_review(namespace, model_uri), &ctx);
     assert_eq!(outcome.http_status, 200);

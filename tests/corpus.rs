@@ -919,6 +919,7 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
     let ctx = Context {
         config: &cfg,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let table = expectations();
     let mut used = vec![false; table.len()];
@@ -1017,6 +1018,7 @@ fn run_object(
     let ctx = Context {
         config: cfg,
         caches: Caches::Ready(index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     examine(
         label,
@@ -1103,6 +1105,7 @@ fn gatekeeper_update_reviews_with_a_uid_are_allowed_untouched_in_v1beta1() {
     let ctx = Context {
         config: &cfg,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     for rel in [
         "gatekeeper/fsgroup/update.yaml",
@@ -1430,6 +1433,7 @@ fn kserve_cache_objects_and_samples_reviewed_as_objects_are_other_kinds() {
     let ctx = Context {
         config: &cfg,
         caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     // InferenceService, LLMInferenceService, LocalModelCache, LocalModelNodeGroup: with the
     // caches loaded they are still not intercepted.
@@ -1534,6 +1538,7 @@ fn a_mutated_job_template_yields_pods_the_pod_webhook_leaves_alone() {
         &Context {
             config: &cfg,
             caches: Caches::Ready(&index),
+            namespaces: modelgate::namespaces::Namespaces::none(),
         },
     );
     assert!(

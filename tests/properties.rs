@@ -780,6 +780,7 @@ fn call(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheIndex
     let ctx = Context {
         config: cfg,
         caches: Caches::Ready(index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let out = admission::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
     assert_eq!(

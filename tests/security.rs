@@ -68,6 +68,7 @@ fn call(webhook: Webhook, review: &Value, index: &CacheIndex) -> (bool, String, 
     let ctx = Context {
         config: &cfg,
         caches: Caches::Ready(index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
     };
     let out = admission::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
     assert_eq!(out.http_status, 200);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use support::fake_apiserver::{CACHES, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS};
+use support::fake_apiserver::{CACHES, FakeApiServer, NAMESPACE_CACHES, NAMESPACES, NODE_GROUPS};
 
 fn ns_cache(ns: &str, name: &str, uri: &str) -> Value {
     json!({
@@ -147,4 +147,114 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
         metrics.contains("modelgate_cache_lookups_total{result=\"namespace\"}"),
         "{metrics}"
     );
+}
+
+fn namespace(name: &str, labels: Value) -> Value {
+    json!({"metadata": {"name": name, "labels": labels}})
+}
+
+/// What `/mutate` answered: the mode the decision was made in shows in its shape.
+fn shape(answer: &Answer) -> &'static str {
+    let response = &answer.json()["response"];
+    let warnings = response["warnings"].as_array().cloned().unwrap_or_default();
+    match (response.get("patch").is_some(), warnings.first()) {
+        (true, _) => "patched",
+        (false, Some(w)) if w.as_str().unwrap_or("").starts_with("would ") => "warned",
+        (false, _) if response.get("auditAnnotations").is_some() => "audited",
+        (false, _) => "untouched",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_follows_namespace_mode_labels_without_a_restart() {
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    api.apply(NAMESPACES, namespace("team-a", json!({})));
+    api.apply(
+        NAMESPACES,
+        namespace("team-b", json!({"modelgate.io/mode": "audit"})),
+    );
+    let pki = TestPki::new();
+    let kubeconfig = pki.dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve")
+        .args([
+            "--listen=127.0.0.1:0",
+            "--probe-listen=127.0.0.1:0",
+            "--log-format=json",
+        ])
+        .args(pki.tls_args())
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("MODELGATE_DEFAULT_MODE", "warn")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
+        .await
+        .unwrap();
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    let mut n = 0;
+    // Polls `/mutate` for a pod of `ns` until its answer has `want`'s shape; the time it took.
+    let mut wait_for = async |ns: &str, want: &str| -> Duration {
+        let started = std::time::Instant::now();
+        let mut last = "";
+        while started.elapsed() < Duration::from_secs(30) {
+            n += 1;
+            let answer = conn
+                .post_json("/mutate", pod_review(&format!("u{n}"), ns))
+                .await
+                .unwrap();
+            last = shape(&answer);
+            if last == want {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{ns}: still {last}, not {want}, after 30 s; logs:\n{}",
+            server.logs()
+        );
+    };
+    // Listed: team-a has no label (--default-mode warn), team-b is labelled audit.
+    wait_for("team-a", "warned").await;
+    wait_for("team-b", "audited").await;
+
+    // The break-glass of docs/rollout.md, and back: each label change is seen within moments.
+    let mut seen = Vec::new();
+    for (labels, want) in [
+        (json!({"modelgate.io/mode": "enforce"}), "patched"),
+        (json!({"modelgate.io/mode": "off"}), "untouched"),
+        (json!({"modelgate.io/mode": "audit"}), "audited"),
+        (json!({}), "warned"),
+    ] {
+        api.apply(NAMESPACES, namespace("team-a", labels));
+        seen.push(wait_for("team-a", want).await);
+    }
+    eprintln!("label changes seen after {seen:?}");
+    // team-b was never touched by those events.
+    wait_for("team-b", "audited").await;
+
+    // A namespace deleted and labels gone: back to --default-mode.
+    api.delete(NAMESPACES, None, "team-b");
+    wait_for("team-b", "warned").await;
+
+    let counts = api.counts(NAMESPACES);
+    assert!(counts.lists >= 1 && counts.watches >= 1, "{counts:?}");
+    assert_eq!(
+        counts.metadata_only,
+        counts.lists + counts.watches,
+        "Namespaces are only ever requested as metadata"
+    );
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+    for line in [
+        r#"modelgate_policy_results_total{webhook="mutate",mode="enforce",result="patched"}"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="off",result="unchanged"}"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="warn",result="would_patch"}"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="audit",result="would_patch"}"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
 }

@@ -414,6 +414,18 @@ async fn a_thousand_concurrent_h2_streams_on_one_connection_are_all_answered() {
     let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
     let conn = connect(server.webhook, config, Proto::H2).await.unwrap();
     let sender = conn.h2_sender().unwrap();
+    // One answer first: by then the client has the server's SETTINGS (--max-concurrent-streams)
+    // and queues the rest; streams opened before it has them may be refused (REFUSED_STREAM,
+    // which Go's client, the API server's, retries).
+    let first = conn
+        .request("POST", "/mutate")
+        .header("content-type", "application/json")
+        .body(full(bytes(&pod_review("first"))))
+        .unwrap();
+    let mut first_sender = sender.clone();
+    first_sender.ready().await.unwrap();
+    let answer = first_sender.send_request(first).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
     let mut tasks = Vec::new();
     for i in 0..1000 {
         let mut sender = sender.clone();

@@ -259,6 +259,8 @@ impl Request {
             dry_run: self.dry_run,
             allowed: decision.allowed,
             patch_operations: decision.patch_len(),
+            mode: decision.mode,
+            result: decision.result,
             error: None,
         }
     }

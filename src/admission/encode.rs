@@ -4,15 +4,17 @@
 //! not used here because it serialises the patch bytes as a number array, where the API server
 //! expects base64 (the documented format).
 
+use std::collections::BTreeMap;
+
 use base64::Engine;
 use serde::Serialize;
 
 use super::decode::Envelope;
 use super::{Decision, Outcome, Summary};
+use crate::policy::MAX_WARNING_LEN;
 
-/// Kubernetes truncates longer warnings; keep them whole and readable instead.
-pub const MAX_WARNING_LEN: usize = 120;
-
+/// The last resort for a warning the policy could not fit (the policy shortens URIs itself so
+/// that names survive): cut at the API server's limit, on a character boundary, marked `…`.
 fn clip_warning(w: &str) -> String {
     if w.len() <= MAX_WARNING_LEN {
         return w.to_string();
@@ -45,6 +47,8 @@ struct ResponseOut<'a> {
     patch: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: &'a BTreeMap<&'static str, String>,
 }
 
 /// A `metav1.Status`, as the API server shows it to the user on a denial.
@@ -97,6 +101,7 @@ pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> O
             patch_type: patch.as_ref().map(|_| "JSONPatch"),
             patch,
             warnings: decision.warnings.iter().map(|w| clip_warning(w)).collect(),
+            audit_annotations: &decision.audit_annotations,
         },
     };
     Outcome {
@@ -132,7 +137,7 @@ mod tests {
 
     #[test]
     fn warnings_are_clipped_on_a_char_boundary() {
-        let long = "é".repeat(100);
+        let long = "é".repeat(200);
         let clipped = clip_warning(&long);
         assert!(clipped.len() <= MAX_WARNING_LEN);
         assert!(clipped.ends_with('…'));

@@ -7,9 +7,13 @@
 
 mod decode;
 mod encode;
+pub mod mode;
 
+pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
-pub use encode::MAX_WARNING_LEN;
+pub use mode::PolicyResult;
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::PodSpec;
@@ -18,8 +22,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::config::{PREP_CONTAINER, PolicyConfig};
+use crate::namespaces::{Mode, Namespaces};
 use crate::patch::FieldPath;
-use crate::policy::{self, Caches, Denial, Mutation, Workload};
+use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,6 +47,8 @@ impl Webhook {
 pub struct Context<'a> {
     pub config: &'a PolicyConfig,
     pub caches: Caches<'a>,
+    /// Namespace modes and Pod Security levels ([`Namespaces::none`] when none is known).
+    pub namespaces: &'a Namespaces,
 }
 
 /// The decision for one request, before encoding.
@@ -54,6 +61,12 @@ pub struct Decision {
     pub code: Option<u16>,
     pub patch: Option<json_patch::Patch>,
     pub warnings: Vec<String>,
+    /// `auditAnnotations` (keys without the webhook-name prefix the API server adds).
+    pub audit_annotations: BTreeMap<&'static str, String>,
+    /// The namespace's mode, when the policy was consulted.
+    pub mode: Option<Mode>,
+    /// What the policy did, when it was consulted (for `modelgate_policy_results_total`).
+    pub result: Option<PolicyResult>,
     /// The object's namespace and name (or generateName), for logs, once it is decoded.
     pub object_namespace: Option<String>,
     pub object_name: Option<String>,
@@ -103,6 +116,9 @@ pub struct Summary {
     pub dry_run: bool,
     pub allowed: bool,
     pub patch_operations: usize,
+    /// The namespace's mode and the policy's result, when the policy was consulted.
+    pub mode: Option<Mode>,
+    pub result: Option<PolicyResult>,
     /// Why the request could not be handled as an admission (for error metrics).
     pub error: Option<&'static str>,
 }
@@ -171,49 +187,95 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
             kind.as_str()
         ));
     };
-    let decoded = match DecodedObject::decode(kind, object) {
-        Ok(d) => d,
-        Err(denial) => return Decision::deny(&denial),
+    let decoded = DecodedObject::decode(kind, object);
+    let namespace = match &decoded {
+        Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
+        Err(_) => req.namespace.as_str(),
     };
-    let namespace = decoded.namespace().unwrap_or(req.namespace.as_str());
-    let mut decision = if is_exempt(ctx, namespace, &decoded) {
-        Decision::allow()
+    if is_exempt(ctx, namespace, &decoded) {
+        let mut d = Decision::allow();
+        d.object_namespace = Some(namespace.to_string());
+        d.object_name = decoded.ok().and_then(|d| d.name().map(str::to_string));
+        return d;
+    }
+    let ns_mode = ctx.namespaces.mode(namespace, ctx.config.default_mode);
+    let mut decision = if ns_mode.mode == Mode::Off {
+        mode::off()
     } else {
-        match decoded.workload(namespace) {
-            Ok(workload) => judge(webhook, ephemeral_update, &workload, ctx),
-            Err(denial) => Decision::deny(&denial),
-        }
+        let restricted = ctx.namespaces.enforces_restricted(namespace);
+        let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
+            let workload = d.workload(namespace, restricted)?;
+            match (webhook, ns_mode.mode) {
+                // Nothing was patched in these modes, so the validator judges the object as
+                // enforce's mutation would have left it: only the denials enforce would give.
+                (Webhook::Validate, Mode::Warn | Mode::Audit) => {
+                    validate_as_enforced(kind, object, ephemeral_update, &workload, ctx)
+                }
+                _ => judge(webhook, ephemeral_update, &workload, ctx),
+            }
+        });
+        mode::answer(ns_mode, verdict)
     };
     decision.object_namespace = Some(namespace.to_string());
-    decision.object_name = decoded.name().map(str::to_string);
+    decision.object_name = decoded
+        .as_ref()
+        .ok()
+        .and_then(|d| d.name().map(str::to_string));
     decision
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// Objects allowed untouched (SPEC.md §1): those of an exempt namespace, and mirror pods. A
-/// mirror pod only reflects a static pod the kubelet runs from a file on its node: the API
-/// server cannot change what runs, and refusing the mirror only hides the pod from the cluster.
-fn is_exempt(ctx: &Context, namespace: &str, decoded: &DecodedObject) -> bool {
-    ctx.config.is_exempt(namespace) || decoded.is_mirror_pod()
+/// Objects allowed untouched (SPEC.md §1), whatever the namespace's mode: those of an exempt
+/// namespace, and mirror pods. A mirror pod only reflects a static pod the kubelet runs from a
+/// file on its node: the API server cannot change what runs, and refusing the mirror only hides
+/// the pod from the cluster.
+fn is_exempt(ctx: &Context, namespace: &str, decoded: &Result<DecodedObject, Denial>) -> bool {
+    ctx.config.is_exempt(namespace) || decoded.as_ref().is_ok_and(|d| d.is_mirror_pod())
 }
 
-fn judge(webhook: Webhook, ephemeral_update: bool, workload: &Workload, ctx: &Context) -> Decision {
-    let result = match webhook {
+/// The policy's verdict for one webhook, as `enforce` applies it.
+fn judge(
+    webhook: Webhook,
+    ephemeral_update: bool,
+    workload: &Workload,
+    ctx: &Context,
+) -> mode::Verdict {
+    match webhook {
         Webhook::Validate => policy::validate(workload, ctx.config).map(|()| Mutation::default()),
         Webhook::Mutate if ephemeral_update => policy::mutate_ephemeral(workload, ctx.config),
         Webhook::Mutate => policy::mutate_create(workload, ctx.config, ctx.caches),
-    };
-    match result {
-        Ok(m) => Decision {
-            allowed: true,
-            patch: (!m.patch.is_empty()).then(|| m.patch.into_patch()),
-            warnings: m.warnings,
-            ..Default::default()
-        },
-        Err(denial) => Decision::deny(&denial),
     }
+}
+
+/// Validation of the object after the mutation `enforce` would apply (as the API server runs
+/// the validating webhook after the mutating one).
+fn validate_as_enforced(
+    kind: WorkloadKind,
+    object: &RawValue,
+    ephemeral_update: bool,
+    workload: &Workload,
+    ctx: &Context,
+) -> mode::Verdict {
+    let mutation = judge(Webhook::Mutate, ephemeral_update, workload, ctx)?;
+    if mutation.patch.is_empty() {
+        return judge(Webhook::Validate, ephemeral_update, workload, ctx);
+    }
+    let patched = serde_json::from_str::<serde_json::Value>(object.get())
+        .ok()
+        .and_then(|mut object| {
+            json_patch::patch(&mut object, &mutation.patch.into_patch().0).ok()?;
+            serde_json::value::to_raw_value(&object).ok()
+        });
+    let Some(patched) = patched else {
+        // The patch was built against this very object; failing to apply it is a bug, and
+        // judging the object as it came is the honest fallback.
+        return judge(Webhook::Validate, ephemeral_update, workload, ctx);
+    };
+    let decoded = DecodedObject::decode(kind, &patched)?;
+    let workload = decoded.workload(workload.namespace, workload.restricted_namespace)?;
+    judge(Webhook::Validate, ephemeral_update, &workload, ctx)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,7 +352,9 @@ const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes AP
 
 impl DecodedObject {
     fn decode(kind: WorkloadKind, raw: &RawValue) -> Result<Self, Denial> {
-        let fail = |field: String, problem: String| Denial::single(field, problem, DECODE_ADVICE);
+        let fail = |field: String, problem: String| {
+            Denial::single(Rule::Schema, field, problem, DECODE_ADVICE)
+        };
         let text = raw.get();
         if !text.trim_start().starts_with('{') {
             return Err(fail(
@@ -314,6 +378,7 @@ impl DecodedObject {
                         path
                     };
                     Err(Denial::single(
+                        Rule::Schema,
                         field,
                         format!("cannot be decoded as a {kind}: {}", e.inner()),
                         DECODE_ADVICE,
@@ -403,13 +468,19 @@ impl DecodedObject {
         }
     }
 
-    fn workload<'a>(&'a self, namespace: &'a str) -> Result<Workload<'a>, Denial> {
-        let missing = |field: &str| Denial::single(field, "is missing", DECODE_ADVICE);
+    fn workload<'a>(
+        &'a self,
+        namespace: &'a str,
+        restricted_namespace: bool,
+    ) -> Result<Workload<'a>, Denial> {
+        let missing =
+            |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
         let raw_init_containers = self.raw_init_containers.as_deref();
         match &self.object {
             Object::Pod(p) => Ok(Workload {
                 kind: "Pod",
                 namespace,
+                restricted_namespace,
                 annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
                 has_metadata: p.metadata.is_some(),
                 spec: p.spec.as_ref().ok_or_else(|| missing("spec"))?,
@@ -423,6 +494,7 @@ impl DecodedObject {
                 Ok(Workload {
                     kind: "Job",
                     namespace,
+                    restricted_namespace,
                     annotations: template
                         .metadata
                         .as_ref()
@@ -443,3 +515,6 @@ impl DecodedObject {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod mode_tests;

@@ -57,6 +57,7 @@ fn run_with(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheI
     let ctx = Context {
         config: cfg,
         caches: Caches::Ready(index),
+        namespaces: crate::namespaces::Namespaces::none(),
     };
     let out = super::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
     assert_eq!(
@@ -803,6 +804,7 @@ fn caches_not_synced_is_a_miss_with_a_warning() {
     let ctx = Context {
         config: &cfg,
         caches: Caches::NotSynced,
+        namespaces: crate::namespaces::Namespaces::none(),
     };
     let r = review_of(
         "Pod",
@@ -1201,6 +1203,7 @@ fn raw(webhook: Webhook, body: &[u8]) -> (u16, Value) {
         &Context {
             config: &cfg,
             caches: Caches::Ready(&idx),
+            namespaces: crate::namespaces::Namespaces::none(),
         },
     );
     (out.http_status, serde_json::from_slice(&out.body).unwrap())

@@ -153,7 +153,7 @@ pub enum WatchBackoff {
 }
 
 impl WatchBackoff {
-    fn build(&self) -> Box<dyn Backoff> {
+    pub(crate) fn build(&self) -> Box<dyn Backoff> {
         match *self {
             WatchBackoff::Default => Box::new(DefaultBackoff::default()),
             WatchBackoff::Exponential { min, max } => Box::new(Doubling {

@@ -10,7 +10,12 @@ use std::process::ExitCode;
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+
+use crate::cache::CacheIndex;
+use crate::documents::read_documents;
+use crate::namespaces::Namespaces;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,7 +42,8 @@ pub enum Command {
 #[derive(Args, Clone, Debug, Default)]
 pub struct CacheFiles {
     /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve
-    /// against: YAML or JSON, several documents or a List; repeatable.
+    /// against, and Namespaces (their modelgate.io/mode and Pod Security labels): YAML or JSON,
+    /// several documents or a List; repeatable.
     #[arg(
         long = "caches",
         value_name = "FILE",
@@ -45,6 +51,41 @@ pub struct CacheFiles {
         value_delimiter = ','
     )]
     pub files: Vec<PathBuf>,
+}
+
+/// What `--caches` files hold.
+pub struct LoadedFiles {
+    pub index: CacheIndex,
+    pub namespaces: Namespaces,
+    /// Origins of the documents that are neither cache objects nor Namespaces.
+    pub skipped: Vec<String>,
+}
+
+impl CacheFiles {
+    /// Reads every file once: cache objects into the index, Namespaces into [`Namespaces`].
+    /// A cache object or Namespace that does not decode is an error naming its file and document.
+    pub fn load(&self) -> anyhow::Result<LoadedFiles> {
+        let mut index = CacheIndex::new();
+        let mut namespaces = Namespaces::default();
+        let mut skipped = Vec::new();
+        for p in &self.files {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("{}: cannot read", p.display()))?;
+            let docs = read_documents(&p.display().to_string(), &text)?;
+            namespaces.insert_documents(&docs)?;
+            let not_caches = index.insert_documents(&docs)?;
+            skipped.extend(
+                not_caches
+                    .into_iter()
+                    .filter(|s| !s.ends_with(" (Namespace)")),
+            );
+        }
+        Ok(LoadedFiles {
+            index,
+            namespaces,
+            skipped,
+        })
+    }
 }
 
 /// Exit code for bad input or flags.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{CacheFiles, EXIT_USAGE};
 use crate::admission::{self, Context, Decision, Request, Webhook};
-use crate::cache::{CacheIndex, cluster};
+use crate::cache::cluster;
 use crate::config::PolicyConfig;
 use crate::documents::{Document, read_documents};
 use crate::policy::Caches;
@@ -102,10 +102,14 @@ pub struct Reviewed {
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let config = args.policy.clone().finalize();
-    let (mut index, skipped) = CacheIndex::load_files(&args.caches.files)?;
+    let super::LoadedFiles {
+        mut index,
+        namespaces,
+        skipped,
+    } = args.caches.load()?;
     if !skipped.is_empty() {
         eprintln!(
-            "note: --caches: skipped {} documents that are not cache objects: {}",
+            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
             skipped.len(),
             skipped.join(", ")
         );
@@ -120,6 +124,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
+        namespaces: &namespaces,
     };
     let mut docs = Vec::new();
     let inputs = if args.inputs.is_empty() {
@@ -302,9 +307,17 @@ fn review_one(
     })
 }
 
-/// What the API server does with two webhooks: allowed only if both allow; both warn.
+/// What the API server does with two webhooks: allowed only if both allow; both warn (a text
+/// already given is shown once); both annotate the audit log.
 fn merge_validation(decision: &mut Decision, validation: Decision) {
-    decision.warnings.extend(validation.warnings);
+    for w in validation.warnings {
+        if !decision.warnings.contains(&w) {
+            decision.warnings.push(w);
+        }
+    }
+    for (k, v) in validation.audit_annotations {
+        decision.audit_annotations.entry(k).or_insert(v);
+    }
     if !validation.allowed {
         decision.allowed = false;
         decision.message = validation.message;
@@ -348,6 +361,15 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
                 .collect();
             if !warnings.is_empty() {
                 line.push_str(&format!("; warnings: {}", warnings.join(" | ")));
+            }
+            if !r.decision.audit_annotations.is_empty() {
+                let notes: Vec<String> = r
+                    .decision
+                    .audit_annotations
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                line.push_str(&format!("; audit annotations: {}", notes.join(" | ")));
             }
             writeln!(out, "{line}")?;
         }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -11,13 +12,15 @@ use clap::{Args, ValueEnum};
 
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
-use crate::cache::{CacheIndex, CacheMetrics, ClusterCacheArgs};
+use crate::cache::{CacheMetrics, ClusterCacheArgs};
 use crate::config::PolicyConfig;
+use crate::namespaces::NamespaceStore;
+use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
 use crate::server::deadline::parse_duration;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
-use crate::server::{ServeOptions, Server};
+use crate::server::{Limits, ServeOptions, Server};
 
 /// The sample that `--dev`'s curl command sends.
 pub const SAMPLE_REVIEW: &str = include_str!("../../examples/admissionreview-pod.json");
@@ -101,6 +104,9 @@ pub struct ServeArgs {
     pub certs_dir: PathBuf,
 
     #[command(flatten)]
+    pub limits: Limits,
+
+    #[command(flatten)]
     pub cluster: ClusterCacheArgs,
 
     #[command(flatten)]
@@ -155,11 +161,16 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
-    let (index, skipped) = CacheIndex::load_files(&args.caches.files).map_err(StartError::Usage)?;
+    open_files_for(args.limits.max_connections);
+    let super::LoadedFiles {
+        index,
+        namespaces,
+        skipped,
+    } = args.caches.load().map_err(StartError::Usage)?;
     if !skipped.is_empty() {
         tracing::info!(
             skipped = skipped.len(),
-            "--caches: skipped documents that are not cache objects: {}",
+            "--caches: skipped documents that are not cache objects or Namespaces: {}",
             skipped.join(", ")
         );
     }
@@ -220,6 +231,22 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         .context("cannot watch the cluster's model caches (use --no-cluster to run without)")
         .map_err(StartError::Runtime)?;
     let readiness = caches.readiness.clone();
+    // Namespace modes: the files' Namespaces, replaced by the cluster's once listed. Until then
+    // --default-mode applies to every namespace the files do not label.
+    let namespace_store = Arc::new(NamespaceStore::new(namespaces));
+    let namespace_watch = if no_cluster {
+        None
+    } else {
+        let client = kube::Client::try_default()
+            .await
+            .context("cannot watch the cluster's namespaces (use --no-cluster to run without)")
+            .map_err(StartError::Runtime)?;
+        Some(NamespaceWatch::spawn(
+            client,
+            namespace_store.clone(),
+            NamespaceWatchConfig::default(),
+        ))
+    };
     let (listen, probe_listen) = listen_addresses(&args);
     let options = ServeOptions {
         listen,
@@ -228,8 +255,10 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
+        limits: args.limits.clone(),
         config: args.policy.clone().finalize(),
         store: caches.store.clone(),
+        namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),
         metrics,
     };
@@ -258,6 +287,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     }
     let result = server.run(signals).await.map_err(StartError::Runtime);
     drop(caches);
+    drop(namespace_watch);
     result
 }
 
@@ -273,6 +303,20 @@ fn listen_addresses(args: &ServeArgs) -> (SocketAddr, SocketAddr) {
         args.listen.unwrap_or(SocketAddr::from((ip, 8443))),
         args.probe_listen.unwrap_or(SocketAddr::from((ip, 8080))),
     )
+}
+
+/// Each connection is a file descriptor: raise the soft limit as far as the hard one allows,
+/// and say so when even that is below `--max-connections` (accepts then fail with EMFILE).
+fn open_files_for(max_connections: u32) {
+    match crate::server::limits::raise_open_files_limit() {
+        Ok(limit) if limit < u64::from(max_connections) + 64 => tracing::warn!(
+            open_files = limit,
+            max_connections,
+            "the open-files limit is below --max-connections plus a margin; raise it (ulimit -n) or lower --max-connections"
+        ),
+        Ok(limit) => tracing::debug!(open_files = limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
 }
 
 /// Reading `--caches` builds a large transient JSON tree (100 000 caches: ~250 MiB). The

@@ -40,9 +40,36 @@ pub fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
         .any(|v| v.name == name && is_writable_storage(v))
 }
 
+/// `--model-cache-prep` as it applies to this pod: `never` in a namespace that enforces Pod
+/// Security `restricted`, where the API server would refuse the root prep container (§9).
+pub fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
+    if w.restricted_namespace {
+        PrepMode::Never
+    } else {
+        cfg.model_cache_prep
+    }
+}
+
+/// Whether the prep is withheld only because the namespace enforces Pod Security `restricted`.
+pub fn withheld_by_pod_security(w: &Workload, cfg: &PolicyConfig) -> bool {
+    w.restricted_namespace
+        && cfg.model_cache_prep == PrepMode::Always
+        && !w.is_windows()
+        && has_writable_cache(w, cfg)
+}
+
+/// The warning a pod gets when its prep is withheld in a `restricted` namespace.
+pub fn withheld_warning(w: &Workload) -> String {
+    format!(
+        "namespace {} enforces Pod Security restricted, which refuses the root {PREP_CONTAINER}: \
+         not injected; the pod is treated as under --model-cache-prep=never",
+        w.namespace
+    )
+}
+
 /// Whether modelgate injects (and so owns) the prep container for this pod.
 pub fn is_managed(w: &Workload, cfg: &PolicyConfig) -> bool {
-    cfg.model_cache_prep == PrepMode::Always && !w.is_windows() && has_writable_cache(w, cfg)
+    prep_mode(w, cfg) == PrepMode::Always && !w.is_windows() && has_writable_cache(w, cfg)
 }
 
 /// The fsGroup to give a pod that mounts the cache and has none (`--default-fsgroup` > 0).
@@ -175,6 +202,7 @@ mod tests {
         let w = Workload {
             kind: "Pod",
             namespace: "t",
+            restricted_namespace: false,
             annotations: None,
             has_metadata: true,
             spec: &spec,

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::workload::{ContainerList, Workload};
+use super::{Change, Rule};
 use crate::cache::{CacheIndex, CacheMatch, CacheScope, index::trim_uri};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, PatchBuilder};
@@ -59,22 +60,21 @@ pub fn resolve(m: &CacheMatch, model_uri: &str) -> Resolution {
     }
 }
 
+/// Resolves the pod's model and patches accordingly; returns what that changes (the caller
+/// keeps it only when the patch grew). `warnings` gets the notes that describe no change.
 pub fn apply(
     w: &Workload,
     cfg: &PolicyConfig,
     caches: Caches,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) {
+) -> Option<Change> {
     if w.has_annotation(DISABLE) || w.has_annotation(KSERVE_DISABLE) {
-        return;
+        return None;
     }
-    let Some(model_uri) = w
+    let model_uri = w
         .annotation(MODEL_URI)
-        .or_else(|| w.annotation(KSERVE_SOURCE_URI))
-    else {
-        return;
-    };
+        .or_else(|| w.annotation(KSERVE_SOURCE_URI))?;
     let node_group = w
         .annotation(NODE_GROUP)
         .or_else(|| w.annotation(KSERVE_NODE_GROUP));
@@ -88,8 +88,26 @@ pub fn apply(
         }
     };
     match found {
-        Some(m) => hit(w, cfg, model_uri, &m, patch, warnings),
-        None => miss(w, patch),
+        Some(m) => {
+            let source = hit(w, cfg, model_uri, &m, patch, warnings);
+            // Both texts fit a warning whole, with the cache's name intact (the longer template
+            // is "model  served from ", 19 bytes besides the URI and the source).
+            let uri = super::shorten_uri(
+                model_uri,
+                super::MAX_WARNING_LEN.saturating_sub(19 + source.len()),
+            );
+            Some(
+                Change::new(Rule::ModelCache, format!("mount {uri} from {source}"))
+                    .warned(format!("model {uri} served from {source}")),
+            )
+        }
+        None => {
+            miss(w, patch);
+            Some(Change::new(
+                Rule::ModelCache,
+                format!("record a model cache miss for {model_uri} ({MODEL_CACHE}: miss)"),
+            ))
+        }
     }
 }
 
@@ -116,7 +134,7 @@ fn hit(
     m: &CacheMatch,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) {
+) -> String {
     let r = resolve(m, model_uri);
     // Both annotations in one object when the map is missing, so the second add has a parent.
     if !w.has_metadata || w.annotations.is_none() {
@@ -177,11 +195,11 @@ fn hit(
         require_node_terms(w, terms, patch);
     }
 
-    let source = match &m.cache.scope {
+    // The cache that serves the model, as a warning names it.
+    match &m.cache.scope {
         CacheScope::Namespace(ns) => format!("{} {ns}/{}", m.cache.kind(), m.cache.name),
         CacheScope::Cluster => format!("{} {}", m.cache.kind(), m.cache.name),
-    };
-    warnings.push(format!("model {model_uri} served from {source}"));
+    }
 }
 
 fn miss(w: &Workload, patch: &mut PatchBuilder) {

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use super::cache_prep;
 use super::workload::{ContainerList, ContainerRef, Workload};
+use super::{Change, Mutation, Rule, cache_prep, set_security_fields};
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 use crate::patch::PatchBuilder;
 
@@ -40,7 +40,9 @@ pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> Pod
     };
     let run_as_user = if pod.and_then(|p| p.run_as_user).is_none() && lacks(|s| s.run_as_user) {
         // Under `never`, nothing fixes the cache's owner: the pod runs as that owner instead.
-        if cfg.model_cache_prep == PrepMode::Never && cache_prep::has_writable_cache(w, cfg) {
+        if cache_prep::prep_mode(w, cfg) == PrepMode::Never
+            && cache_prep::has_writable_cache(w, cfg)
+        {
             Some(cfg.init_container_user)
         } else {
             cfg.run_as_user.value()
@@ -60,35 +62,32 @@ pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> Pod
     }
 }
 
+fn run_as_non_root_changed(name: &str) -> String {
+    format!("container {name}: runAsNonRoot false changed to true")
+}
+
 /// A container that says `runAsNonRoot: false` is switched to `true`, with a warning.
 pub fn container_fixes(
     w: &Workload,
     prep_managed: bool,
     patch: &mut PatchBuilder,
-    warnings: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) {
     for c in governed(w, prep_managed) {
         if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
-            patch.replace(
-                &c.path.keys(["securityContext", "runAsNonRoot"]),
-                Value::Bool(true),
+            let path = c.path.keys(["securityContext", "runAsNonRoot"]);
+            patch.replace(&path, Value::Bool(true));
+            changes.push(
+                Change::new(Rule::NonRoot, format!("set {path}=true"))
+                    .warned(run_as_non_root_changed(c.name)),
             );
-            warnings.push(format!(
-                "container {}: runAsNonRoot false changed to true",
-                c.name
-            ));
         }
     }
 }
 
 /// An ephemeral container added to a running pod cannot change the pod's security context, so
 /// it gets its own: non-root always, and a uid/gid where neither it nor the pod has one.
-pub fn ephemeral_fixes(
-    w: &Workload,
-    cfg: &PolicyConfig,
-    patch: &mut PatchBuilder,
-    warnings: &mut Vec<String>,
-) {
+pub fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation) {
     let pod = w.pod_security();
     for c in w
         .containers()
@@ -96,18 +95,17 @@ pub fn ephemeral_fixes(
         .filter(|c| c.list == ContainerList::Ephemeral)
     {
         let sc = c.security_context;
-        let mut fields = serde_json::Map::new();
+        let mut fields = Vec::new();
+        let first_change = m.changes.len();
+        let mut warning = None;
         match sc.and_then(|s| s.run_as_non_root) {
             Some(true) => {}
             Some(false) => {
-                fields.insert("runAsNonRoot".into(), Value::Bool(true));
-                warnings.push(format!(
-                    "container {}: runAsNonRoot false changed to true",
-                    c.name
-                ));
+                fields.push(("runAsNonRoot", Value::Bool(true), Rule::NonRoot));
+                warning = Some(run_as_non_root_changed(c.name));
             }
             None if pod.and_then(|p| p.run_as_non_root) != Some(true) => {
-                fields.insert("runAsNonRoot".into(), Value::Bool(true));
+                fields.push(("runAsNonRoot", Value::Bool(true), Rule::NonRoot));
             }
             None => {}
         }
@@ -116,15 +114,18 @@ pub fn ephemeral_fixes(
                 && pod.and_then(|p| p.run_as_user).is_none()
                 && let Some(uid) = cfg.run_as_user.value()
             {
-                fields.insert("runAsUser".into(), uid.into());
+                fields.push(("runAsUser", uid.into(), Rule::NonRoot));
             }
             if sc.and_then(|s| s.run_as_group).is_none()
                 && pod.and_then(|p| p.run_as_group).is_none()
                 && let Some(gid) = cfg.run_as_group.value()
             {
-                fields.insert("runAsGroup".into(), gid.into());
+                fields.push(("runAsGroup", gid.into(), Rule::NonRoot));
             }
         }
-        patch.set_fields(&c.path.key("securityContext"), sc.is_some(), fields);
+        set_security_fields(m, &c.path.key("securityContext"), sc.is_some(), fields);
+        if let Some(w) = warning {
+            m.changes[first_change].applied_warning = Some(w);
+        }
     }
 }

@@ -2,14 +2,15 @@
 
 use std::fmt;
 
-use super::cache_prep;
 use super::workload::{ContainerList, Workload};
+use super::{Rule, cache_prep};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig};
 use crate::patch::FieldPath;
 
 /// One offending field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    pub rule: Rule,
     pub field: String,
     pub problem: String,
     pub advice: &'static str,
@@ -29,12 +30,14 @@ pub struct Denial {
 
 impl Denial {
     pub fn single(
+        rule: Rule,
         field: impl Into<String>,
         problem: impl Into<String>,
         advice: &'static str,
     ) -> Self {
         Denial {
             violations: vec![Violation {
+                rule,
                 field: field.into(),
                 problem: problem.into(),
                 advice,
@@ -83,6 +86,7 @@ fn check_range(
         && !(min..=MAX_ID).contains(&v)
     {
         out.push(Violation {
+            rule: Rule::NonRoot,
             field: path.to_string(),
             problem: format!("{v} is outside {min}..{MAX_ID}"),
             advice,
@@ -132,6 +136,7 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
                         continue;
                     }
                     out.push(Violation {
+                        rule: Rule::CachePrep,
                         field: c.path.to_string(),
                         problem: "a container named model-cache-prep that is not modelgate's canonical one for this pod"
                             .into(),
@@ -158,6 +163,7 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
             );
             if checks == Checks::All && sc.run_as_non_root == Some(false) {
                 out.push(Violation {
+                    rule: Rule::NonRoot,
                     field: sc_path.key("runAsNonRoot").to_string(),
                     problem: "false is not allowed".into(),
                     advice: NONROOT_ADVICE,

@@ -15,6 +15,8 @@ pub struct Workload<'a> {
     pub kind: &'static str,
     /// The namespace the pod will run in (object metadata, else the request's).
     pub namespace: &'a str,
+    /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
+    pub restricted_namespace: bool,
     pub annotations: Option<&'a BTreeMap<String, String>>,
     /// Whether the metadata object exists (a Job template may have none).
     pub has_metadata: bool,

@@ -41,6 +41,13 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyResultLabels {
+    pub webhook: &'static str,
+    pub mode: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -56,9 +63,12 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<DurationLabels, Histogram>,
     errors: Family<ReasonLabels, Counter>,
+    policy_results: Family<PolicyResultLabels, Counter>,
     tls_reloads: Family<ResultLabels, Counter>,
     cert_expiry: Gauge,
     inflight: Gauge,
+    connections_dropped: Family<ReasonLabels, Counter>,
+    open_connections: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -114,6 +124,13 @@ impl Metrics {
             "Admission requests that could not be reviewed, by reason",
             errors.clone(),
         );
+        let policy_results = Family::<PolicyResultLabels, Counter>::default();
+        registry.register(
+            "modelgate_policy_results",
+            "Pod and Job admissions the policy judged, by webhook, namespace mode (SPEC.md §9) \
+             and result (patched, denied, unchanged, would_patch, would_deny)",
+            policy_results.clone(),
+        );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "modelgate_tls_reloads",
@@ -132,15 +149,30 @@ impl Metrics {
             "Admission requests being handled",
             inflight.clone(),
         );
+        let connections_dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "modelgate_connections_dropped",
+            "Webhook connections refused or closed by the server (limits, timeouts, protocol errors), by reason",
+            connections_dropped.clone(),
+        );
+        let open_connections = Gauge::default();
+        registry.register(
+            "modelgate_open_connections",
+            "Webhook connections open (TLS handshake included)",
+            open_connections.clone(),
+        );
         registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
         Metrics {
             registry,
             requests,
             duration,
             errors,
+            policy_results,
             tls_reloads,
             cert_expiry,
             inflight,
+            connections_dropped,
+            open_connections,
         }
     }
 
@@ -159,6 +191,15 @@ impl Metrics {
             })
             .inc();
         self.observe(webhook, kind, operation, summary.dry_run, seconds);
+        if let (Some(mode), Some(result)) = (summary.mode, summary.result) {
+            self.policy_results
+                .get_or_create(&PolicyResultLabels {
+                    webhook: webhook.as_str(),
+                    mode: mode.as_str(),
+                    result: result.as_str(),
+                })
+                .inc();
+        }
         if let Some(reason) = summary.error {
             self.error(reason);
         }
@@ -200,6 +241,20 @@ impl Metrics {
     pub fn inflight(&self) -> InflightGuard {
         self.inflight.inc();
         InflightGuard(self.inflight.clone())
+    }
+
+    /// Counts a connection the server refused or closed; `reason` is one of a fixed set
+    /// (see `server::ConnectionEnd`).
+    pub fn connection_dropped(&self, reason: &'static str) {
+        self.connections_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a connection as open until the guard drops.
+    pub fn open_connection(&self) -> InflightGuard {
+        self.open_connections.inc();
+        InflightGuard(self.open_connections.clone())
     }
 
     /// The registry, for other parts of the program to add their metrics (full names, with the
@@ -245,8 +300,11 @@ mod tests {
         m.error("payload_too_large");
         m.tls_reloaded(true, Some(1_900_000_000));
         let guard = m.inflight();
+        m.connection_dropped("max_connections");
+        let conn = m.open_connection();
         let text = m.encode().unwrap();
         drop(guard);
+        drop(conn);
         for want in [
             r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="false"} 1"#,
             r#"modelgate_admission_duration_seconds_bucket{le="0.0001",webhook="mutate",kind="Pod",operation="CREATE",dry_run="false"} 1"#,
@@ -254,6 +312,8 @@ mod tests {
             r#"modelgate_tls_reloads_total{result="success"} 1"#,
             "modelgate_tls_certificate_expiry_timestamp_seconds 1900000000",
             "modelgate_inflight_requests 1",
+            r#"modelgate_connections_dropped_total{reason="max_connections"} 1"#,
+            "modelgate_open_connections 1",
             "process_cpu_seconds_total ",
             "process_resident_memory_bytes ",
             "process_open_fds ",

@@ -9,8 +9,13 @@
 //!   new connections included, for `--shutdown-grace` (endpoint removal takes a moment to reach
 //!   the API server); then the listener closes, connections finish their in-flight requests
 //!   (at most [`shutdown::DRAIN_TIMEOUT`]) and [`Server::run`] returns.
+//! - Hostile clients: every resource a client can hold is capped by [`Limits`] (connections,
+//!   streams per connection, requests reading a body, header bytes, idle and stalled time), and
+//!   every connection the server ends early is counted by reason
+//!   (`modelgate_connections_dropped_total`). docs/security.md has the memory formula.
 
 pub mod deadline;
+pub mod limits;
 pub mod metrics;
 pub mod process_metrics;
 pub mod shutdown;
@@ -18,7 +23,7 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -31,17 +36,19 @@ use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{self, Context, Webhook};
 use crate::cache::CacheStore;
 use crate::config::PolicyConfig;
+use crate::namespaces::NamespaceStore;
 use deadline::Budget;
+pub use limits::Limits;
 use metrics::Metrics;
 use shutdown::Signals;
 use tls::{TlsFiles, TlsReloader};
@@ -55,9 +62,12 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Time a client has to send a request's headers (HTTP/1.1) or finish the TLS handshake.
     pub header_read_timeout: Duration,
+    pub limits: Limits,
     pub config: PolicyConfig,
     /// The model caches the admissions read.
     pub store: Arc<CacheStore>,
+    /// Namespace modes and Pod Security levels the admissions read.
+    pub namespaces: Arc<NamespaceStore>,
     /// Whether the cache source lets `/readyz` say ready (for static caches and the plain
     /// store: `store.is_synced()`).
     pub caches_ready: CachesReady,
@@ -72,11 +82,15 @@ pub type CachesReady = Box<dyn Fn() -> bool + Send + Sync>;
 struct AppState {
     config: PolicyConfig,
     store: Arc<CacheStore>,
+    namespaces: Arc<NamespaceStore>,
     caches_ready: CachesReady,
     metrics: Arc<Metrics>,
     tls: Arc<TlsReloader>,
     draining: AtomicBool,
     max_body_bytes: usize,
+    /// One permit per request allowed to read its body at the same time.
+    body_slots: Semaphore,
+    limits: Limits,
 }
 
 impl AppState {
@@ -105,6 +119,13 @@ pub struct Server {
     header_read_timeout: Duration,
 }
 
+/// How the connection stack is configured: fixed by [`Limits`] and the header read timeout.
+#[derive(Clone, Debug)]
+struct ConnectionSettings {
+    header_read_timeout: Duration,
+    limits: Limits,
+}
+
 impl Server {
     /// Loads the certificate (a failure is logged; `/readyz` stays 503 until a good pair
     /// appears) and binds both listeners.
@@ -122,11 +143,14 @@ impl Server {
             state: Arc::new(AppState {
                 config: options.config,
                 store: options.store,
+                namespaces: options.namespaces,
                 caches_ready: options.caches_ready,
                 metrics,
                 tls: reloader,
                 draining: AtomicBool::new(false),
                 max_body_bytes: options.max_body_bytes,
+                body_slots: Semaphore::new(options.limits.max_requests_in_flight as usize),
+                limits: options.limits,
             }),
             webhook,
             probe,
@@ -163,11 +187,16 @@ impl Server {
             }
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let settings = ConnectionSettings {
+            header_read_timeout,
+            limits: state.limits.clone(),
+        };
         let accept = tokio::spawn(accept_loop(
             webhook,
             state.tls.clone(),
             webhook_routes(state.clone()),
-            header_read_timeout,
+            settings,
+            state.metrics.clone(),
             stop_rx,
         ));
         tracing::info!(listener = "webhook", addr = %webhook_addr, "listening");
@@ -197,28 +226,111 @@ impl Server {
     }
 }
 
+/// The HTTP stack of every webhook connection: hyper's own limits, set explicitly so that a
+/// dependency upgrade cannot change them silently.
+fn http_builder(settings: &ConnectionSettings) -> auto::Builder<TokioExecutor> {
+    let limits = &settings.limits;
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout)
+        // The read buffer holds the request head; hyper refuses less than 8 KiB.
+        .max_buf_size((limits.max_header_list_bytes as usize).max(8192))
+        .max_headers(100);
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_pending_accept_reset_streams(limits.max_pending_accept_resets as usize)
+        .max_local_error_reset_streams(limits::MAX_LOCAL_ERROR_RESETS)
+        .max_header_list_size(limits.max_header_list_bytes)
+        .max_send_buf_size(limits::MAX_SEND_BUF_BYTES)
+        .initial_stream_window_size(limits::STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(limits::CONNECTION_WINDOW_BYTES)
+        .keep_alive_interval(limits::KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(limits::KEEP_ALIVE_TIMEOUT);
+    http
+}
+
+/// When requests start on one connection, for its idle timeout.
+struct Activity {
+    opened: Instant,
+    /// Milliseconds after `opened` at which the last request started; `u64::MAX`: none yet.
+    last_request_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            opened: Instant::now(),
+            last_request_ms: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn request_started(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.last_request_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last_request(&self) -> Option<Instant> {
+        match self.last_request_ms.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ms => Some(self.opened + Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// The `reason` label of `modelgate_connections_dropped_total` for a connection that ended with
+/// an error, or `None` when the client went away (reset, EOF) or closed it properly.
+fn drop_reason(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if h2.is_remote() || h2.is_io() {
+                return None;
+            }
+            return Some(match h2.reason() {
+                Some(h2::Reason::ENHANCE_YOUR_CALM) => "h2_enhance_your_calm",
+                Some(h2::Reason::PROTOCOL_ERROR) => "h2_protocol_error",
+                Some(h2::Reason::FRAME_SIZE_ERROR) => "h2_frame_size_error",
+                Some(h2::Reason::COMPRESSION_ERROR) => "h2_compression_error",
+                Some(h2::Reason::FLOW_CONTROL_ERROR) => "h2_flow_control_error",
+                _ => "h2_other_error",
+            });
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_timeout() {
+                return Some("timeout");
+            }
+            if h.is_parse_too_large() {
+                return Some("header_too_large");
+            }
+            if h.is_parse() {
+                return Some("bad_request");
+            }
+        }
+        cause = e.source();
+    }
+    None
+}
+
 /// Accepts TLS connections until `stop`, then closes the listener and drains the connections.
 /// Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
 async fn accept_loop(
     listener: TcpListener,
     tls: Arc<TlsReloader>,
     app: Router,
-    header_read_timeout: Duration,
+    settings: ConnectionSettings,
+    metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) -> bool {
-    let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    http.http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10));
+    let http = http_builder(&settings);
     // The protocol is the one ALPN agreed on; sniffing the first bytes is only the fallback for
     // a client that offered no ALPN.
     let h1 = http.clone().http1_only();
     let h2 = http.clone().http2_only();
-    let graceful = GracefulShutdown::new();
+    let max_connections = settings.limits.max_connections;
+    // One permit per open connection; the drain waits until all are back.
+    let connections = Arc::new(Semaphore::new(max_connections as usize));
     loop {
         let stopped = async {
             let _ = stop.wait_for(|stop| *stop).await;
@@ -236,36 +348,52 @@ async fn accept_loop(
                 continue;
             }
         };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            // Closed at once, before any TLS work: established connections keep their share.
+            metrics.connection_dropped("max_connections");
+            tracing::debug!(%peer, max_connections, "connection refused: --max-connections reached");
+            continue;
+        };
         let Some(config) = tls.current() else {
             tracing::debug!(%peer, "connection closed: no TLS certificate loaded");
             continue;
         };
+        if let Err(e) =
+            socket2::SockRef::from(&tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
+        {
+            tracing::debug!(%peer, error = %e, "cannot set the socket send buffer size");
+        }
         let acceptor = TlsAcceptor::from(config);
         let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
-        // Set by the first request, so that a connection that never sends one is dropped.
-        let requested = Arc::new(AtomicBool::new(false));
-        let service = {
-            let requested = requested.clone();
-            let router = TowerToHyperService::new(app.clone());
-            hyper::service::service_fn(move |req| {
-                requested.store(true, Ordering::Relaxed);
-                hyper::service::Service::call(&router, req)
-            })
-        };
-        let watcher = graceful.watcher();
+        let router = TowerToHyperService::new(app.clone());
+        let metrics = metrics.clone();
+        let settings = settings.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
+            let _permit = permit;
+            let _open = metrics.open_connection();
+            let header_read_timeout = settings.header_read_timeout;
             let stream = match tokio::time::timeout(header_read_timeout, acceptor.accept(tcp)).await
             {
                 Ok(Ok(stream)) => stream,
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    tracing::debug!(%peer, "connection closed during the TLS handshake");
+                Ok(Err(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    tracing::debug!(%peer, error = %e, "connection closed by the client during the TLS handshake");
                     return;
                 }
                 Ok(Err(e)) => {
+                    metrics.connection_dropped("tls_handshake_failed");
                     tracing::warn!(%peer, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
+                    metrics.connection_dropped("tls_handshake_timeout");
                     tracing::warn!(%peer, "TLS handshake timed out");
                     return;
                 }
@@ -275,33 +403,99 @@ async fn accept_loop(
                 Some(b"http/1.1") => h1,
                 _ => http,
             };
-            let conn = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
-            // hyper's header timeout covers HTTP/1.1 requests once they start; this covers a
-            // client that completes the handshake and then sends no complete first request
-            // (nothing, part of the h2 preface, part of the first headers).
-            let no_request = async {
-                tokio::time::sleep(header_read_timeout).await;
-                if requested.load(Ordering::Relaxed) {
-                    std::future::pending::<()>().await;
-                }
+            // The first request's time starts once the handshake is done.
+            let activity = Arc::new(Activity::new());
+            let service = {
+                let activity = activity.clone();
+                hyper::service::service_fn(move |req| {
+                    activity.request_started();
+                    hyper::service::Service::call(&router, req)
+                })
             };
-            tokio::select! {
-                result = conn => if let Err(e) = result {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                },
-                () = no_request => {
-                    tracing::debug!(%peer, "connection closed: no request within the header read timeout");
-                }
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            if let Some(reason) = watch_connection(conn, &activity, &settings, stop).await {
+                metrics.connection_dropped(reason);
+                tracing::debug!(%peer, reason, "connection dropped");
             }
         });
     }
     drop(listener);
     tracing::info!("webhook listener closed; draining connections");
-    tokio::time::timeout(shutdown::DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_ok()
+    tokio::time::timeout(
+        shutdown::DRAIN_TIMEOUT,
+        connections.acquire_many(max_connections),
+    )
+    .await
+    .is_ok()
 }
 
+/// Runs one connection to its end and says why the server ended it, if it did:
+///
+/// - no complete first request within the header read timeout (hyper's own timeout covers
+///   HTTP/1.1 requests once they start; this covers nothing at all, part of the h2 preface, or
+///   part of the first headers): closed (`no_request`);
+/// - no request started for `--idle-timeout`: GOAWAY and a graceful close (`idle_timeout`);
+///   a client that keeps its streams open past as long again (it stopped reading, or its
+///   flow-control window stays shut) is closed for good (`stalled`);
+/// - at shutdown: a graceful close; the accept loop's drain bounds how long it may take.
+async fn watch_connection<C>(
+    conn: C,
+    activity: &Activity,
+    settings: &ConnectionSettings,
+    mut stop: watch::Receiver<bool>,
+) -> Option<&'static str>
+where
+    C: GracefulConnection,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let idle = settings.limits.idle_timeout;
+    let first_request = settings.header_read_timeout;
+    tokio::pin!(conn);
+    // Set when the server starts closing the connection for a reason of its own.
+    let mut closing: Option<(&'static str, Instant)> = None;
+    let mut draining = false;
+    loop {
+        let wake = match (closing, activity.last_request()) {
+            (Some((_, since)), _) => since + idle,
+            (None, None) => activity.opened + first_request.min(idle),
+            (None, Some(last)) => last + idle,
+        };
+        tokio::select! {
+            result = conn.as_mut() => {
+                let reason = closing.map(|(reason, _)| reason);
+                return match result {
+                    Ok(()) => reason,
+                    Err(e) => {
+                        let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+                        tracing::debug!(error = %e, "connection ended with an error");
+                        drop_reason(&*e).or(reason)
+                    }
+                };
+            }
+            () = tokio::time::sleep_until(wake.into()), if !draining => {
+                let now = Instant::now();
+                match (closing, activity.last_request()) {
+                    (Some(_), _) => return Some("stalled"),
+                    (None, None) if now >= activity.opened + first_request => {
+                        return Some("no_request");
+                    }
+                    (None, None) => {}
+                    (None, Some(last)) if now < last + idle => continue,
+                    (None, Some(_)) => {}
+                }
+                conn.as_mut().graceful_shutdown();
+                closing = Some(("idle_timeout", now));
+            }
+            _ = stop.wait_for(|stop| *stop), if !draining => {
+                // The accept loop's drain bounds how long this may take.
+                draining = true;
+                if closing.is_none() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
 /// Serves `app` on `listener` through the webhook listener's own TLS and HTTP stack (the same
 /// rustls configuration from `tls`, the same hyper-util auto builder, timeouts, ALPN dispatch and
 /// graceful drain) until `stop` turns true; returns whether the drain finished in time.
@@ -320,7 +514,12 @@ pub async fn serve_router(
         return Err(e.into());
     }
     anyhow::ensure!(reloader.is_loaded(), "no TLS certificate loaded");
-    Ok(accept_loop(listener, reloader, app, header_read_timeout, stop).await)
+    let settings = ConnectionSettings {
+        header_read_timeout,
+        limits: Limits::default(),
+    };
+    let metrics = Arc::new(Metrics::new());
+    Ok(accept_loop(listener, reloader, app, settings, metrics, stop).await)
 }
 
 fn webhook_routes(state: Arc<AppState>) -> Router {
@@ -412,11 +611,16 @@ struct Refusal {
     message: String,
 }
 
-async fn read_body(
-    state: &AppState,
+/// Reads the body: at most `--max-body-bytes`, each part within `--body-progress-timeout` of
+/// the one before, all of it within the request's budget. From its first part on, the request
+/// holds one of the `--max-requests-in-flight` slots, returned with the body. Requests wait for
+/// a slot in arrival order (a busy moment delays them, whoever sent them); one that has none
+/// within the progress timeout gets 429.
+async fn read_body<'s>(
+    state: &'s AppState,
     req: Request,
     budget: Budget,
-) -> Result<axum::body::Bytes, Refusal> {
+) -> Result<(axum::body::Bytes, SemaphorePermit<'s>), Refusal> {
     let limit = state.max_body_bytes;
     let too_large = |declared: Option<u64>| Refusal {
         status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -454,26 +658,75 @@ async fn read_body(
     {
         return Err(too_large(Some(n)));
     }
-    let body = Limited::new(req.into_body(), limit);
-    match tokio::time::timeout(budget.budget, body.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large(None)),
-        Ok(Err(e)) => Err(Refusal {
-            status: StatusCode::BAD_REQUEST,
-            reason: "body_read_error",
-            status_reason: "BadRequest",
-            message: format!("cannot read the request body: {e}"),
-        }),
-        Err(_) => Err(Refusal {
-            status: StatusCode::REQUEST_TIMEOUT,
-            reason: "deadline_exceeded",
-            status_reason: "Timeout",
-            message: format!(
-                "the request body did not arrive within {:?} (the {:?} timeout less a margin for the answer); nothing was decided",
-                budget.budget, budget.timeout
-            ),
-        }),
+    let progress = state.limits.body_progress_timeout;
+    let deadline = tokio::time::Instant::now() + budget.budget;
+    let mut body = Limited::new(req.into_body(), limit);
+    let mut slot = None;
+    let mut bytes = Vec::new();
+    loop {
+        let next = (tokio::time::Instant::now() + progress).min(deadline);
+        let frame = match tokio::time::timeout_at(next, body.frame()).await {
+            Ok(frame) => frame,
+            Err(_) if next >= deadline => {
+                return Err(Refusal {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    reason: "deadline_exceeded",
+                    status_reason: "Timeout",
+                    message: format!(
+                        "the request body did not arrive within {:?} (the {:?} timeout less a margin for the answer); nothing was decided",
+                        budget.budget, budget.timeout
+                    ),
+                });
+            }
+            Err(_) => {
+                return Err(Refusal {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    reason: "body_stalled",
+                    status_reason: "Timeout",
+                    message: format!(
+                        "no part of the request body arrived for {progress:?} (--body-progress-timeout); nothing was decided"
+                    ),
+                });
+            }
+        };
+        if slot.is_none() {
+            let wait = (tokio::time::Instant::now() + progress).min(deadline);
+            let Ok(Ok(permit)) = tokio::time::timeout_at(wait, state.body_slots.acquire()).await
+            else {
+                return Err(Refusal {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    reason: "too_many_requests",
+                    status_reason: "TooManyRequests",
+                    message: format!(
+                        "{} requests were being read for {progress:?} (--max-requests-in-flight); retry",
+                        state.limits.max_requests_in_flight
+                    ),
+                });
+            };
+            // The declared length, now that the body is really coming (never above the limit).
+            bytes.reserve(declared.unwrap_or(0) as usize);
+            slot = Some(permit);
+        }
+        match frame {
+            None => break,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    bytes.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large(None)),
+            Some(Err(e)) => {
+                return Err(Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    reason: "body_read_error",
+                    status_reason: "BadRequest",
+                    message: format!("cannot read the request body: {e}"),
+                });
+            }
+        }
     }
+    let slot = slot.expect("taken at the first frame or the end of the body");
+    Ok((bytes.into(), slot))
 }
 
 /// A string from the request, for a log line: control characters (newlines above all) are
@@ -499,8 +752,8 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let started = Instant::now();
     let _inflight = state.metrics.inflight();
     let budget = Budget::from_query(req.uri().query());
-    let body = match read_body(&state, req, budget).await {
-        Ok(b) => b,
+    let (body, _slot) = match read_body(&state, req, budget).await {
+        Ok(read) => read,
         Err(r) => {
             let seconds = started.elapsed().as_secs_f64();
             state.metrics.error(r.reason);
@@ -515,14 +768,22 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
                 "admission request refused: {}",
                 r.message
             );
-            return status_response(r.status, r.status_reason, r.message);
+            let mut response = status_response(r.status, r.status_reason, r.message);
+            if r.status == StatusCode::TOO_MANY_REQUESTS {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            }
+            return response;
         }
     };
     // The pipeline is CPU-bound and takes microseconds: it runs inline.
     let view = state.store.view();
+    let namespaces = state.namespaces.view();
     let ctx = Context {
         config: &state.config,
         caches: view.caches(),
+        namespaces: &namespaces,
     };
     let outcome = admission::review(webhook, &body, &ctx);
     let seconds = started.elapsed().as_secs_f64();

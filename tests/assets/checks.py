@@ -255,16 +255,25 @@ def rbac(path, ns: str) -> None:
     docs = load(path)
     expect(not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "no namespaced Role is needed")
     cr = one(docs, "ClusterRole")
-    rules = cr["rules"]
-    expect(len(rules) == 1, f"ClusterRole must have one rule, has {len(rules)}")
-    r = rules[0]
-    expect(r["apiGroups"] == ["serving.kserve.io"], "apiGroups must be [serving.kserve.io]")
-    expect(
-        sorted(r["resources"]) == ["localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups"],
-        f"resources must be the three cache resources, are {r['resources']}",
-    )
-    expect(sorted(r["verbs"]) == ["get", "list", "watch"], f"verbs must be get, list, watch; are {r['verbs']}")
-    expect("resourceNames" not in r and "nonResourceURLs" not in r, "no resourceNames or nonResourceURLs")
+    # (apiGroup, resources) -> verbs: read-only, and nothing else.
+    expected = {
+        ("serving.kserve.io", ("localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups")): [
+            "get",
+            "list",
+            "watch",
+        ],
+        # Namespace labels (modes and Pod Security levels, SPEC.md section 9): list and watch only.
+        ("", ("namespaces",)): ["list", "watch"],
+    }
+    seen = set()
+    for r in cr["rules"]:
+        expect(len(r.get("apiGroups", [])) == 1, f"one apiGroup per rule: {r}")
+        key = (r["apiGroups"][0], tuple(sorted(r["resources"])))
+        expect(key in expected, f"unexpected ClusterRole rule {r}")
+        expect(sorted(r["verbs"]) == expected[key], f"verbs of {key} must be {expected[key]}; are {r['verbs']}")
+        expect("resourceNames" not in r and "nonResourceURLs" not in r, "no resourceNames or nonResourceURLs")
+        seen.add(key)
+    expect(seen == set(expected), f"ClusterRole rules missing: {sorted(set(expected) - seen)}")
     crb = one(docs, "ClusterRoleBinding")
     d, _ = deployment_container(docs)
     sa = d["spec"]["template"]["spec"]["serviceAccountName"]

@@ -10,6 +10,9 @@
 //!   410 in [`FakeApiServer::set_http_410`] mode.
 //! - A resource whose CRD is not installed answers 404: a JSON `Status` when other resources of
 //!   the group exist, the plain `404 page not found` when none does.
+//! - Core `v1` Namespaces at `/api/v1/namespaces`, always installed. A request that asks for
+//!   metadata only (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`) gets
+//!   `PartialObjectMetadata` objects, as the real server answers it.
 //!
 //! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
 //! history, make lists fail, and count requests.
@@ -23,7 +26,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::channel::mpsc;
@@ -36,16 +39,23 @@ pub const VERSION: &str = "v1alpha1";
 pub const CACHES: &str = "localmodelcaches";
 pub const NAMESPACE_CACHES: &str = "localmodelnamespacecaches";
 pub const NODE_GROUPS: &str = "localmodelnodegroups";
-const RESOURCES: [(&str, &str, bool); 3] = [
-    (CACHES, "LocalModelCache", false),
-    (NAMESPACE_CACHES, "LocalModelNamespaceCache", true),
-    (NODE_GROUPS, "LocalModelNodeGroup", false),
+/// Core Namespaces (always installed).
+pub const NAMESPACES: &str = "namespaces";
+const KSERVE: &str = "serving.kserve.io/v1alpha1";
+const CORE: &str = "v1";
+/// Plural, kind, namespaced, apiVersion.
+const RESOURCES: [(&str, &str, bool, &str); 4] = [
+    (CACHES, "LocalModelCache", false, KSERVE),
+    (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
+    (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
+    (NAMESPACES, "Namespace", false, CORE),
 ];
 
 type Key = (String, String);
 
 struct Resource {
     kind: &'static str,
+    api_version: &'static str,
     namespaced: bool,
     installed: bool,
     objects: BTreeMap<Key, Value>,
@@ -59,6 +69,7 @@ struct Watch {
     plural: String,
     namespace: Option<String>,
     bookmarks: bool,
+    metadata_only: bool,
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
@@ -66,6 +77,8 @@ struct Watch {
 pub struct Counts {
     pub lists: usize,
     pub watches: usize,
+    /// Lists and watches that asked for metadata only.
+    pub metadata_only: usize,
 }
 
 struct Inner {
@@ -118,11 +131,12 @@ impl FakeApiServer {
     pub async fn start(installed: &[&str]) -> Self {
         let resources = RESOURCES
             .iter()
-            .map(|&(plural, kind, namespaced)| {
+            .map(|&(plural, kind, namespaced, api_version)| {
                 let r = Resource {
                     kind,
+                    api_version,
                     namespaced,
-                    installed: installed.contains(&plural),
+                    installed: installed.contains(&plural) || api_version == CORE,
                     objects: BTreeMap::new(),
                     history: Vec::new(),
                     fail_lists: None,
@@ -228,7 +242,7 @@ impl FakeApiServer {
         let rv = inner.revision;
         let r = inner.resources.get_mut(plural).unwrap();
         assert!(r.installed, "{plural}: CRD not installed");
-        object["apiVersion"] = json!(format!("{GROUP}/{VERSION}"));
+        object["apiVersion"] = json!(r.api_version);
         object["kind"] = json!(r.kind);
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
         let key = key_of(&object);
@@ -302,14 +316,15 @@ impl FakeApiServer {
         let rv = inner.revision.to_string();
         let mut kinds = HashMap::new();
         for (plural, r) in &inner.resources {
-            kinds.insert(plural.clone(), r.kind);
+            kinds.insert(plural.clone(), (r.api_version, r.kind));
         }
         inner.watches.retain(|w| {
             if !w.bookmarks {
                 return true;
             }
+            let (api_version, kind) = kinds[&w.plural];
             let bookmark = json!({
-                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": kinds[&w.plural],
+                "apiVersion": api_version, "kind": kind,
                 "metadata": {"resourceVersion": rv},
             });
             w.tx.unbounded_send(line("BOOKMARK", &bookmark)).is_ok()
@@ -353,36 +368,64 @@ impl Inner {
             if w.plural != plural || (w.namespace.is_some() && w.namespace.as_deref() != ns) {
                 return !w.tx.is_closed();
             }
-            w.tx.unbounded_send(line(kind, object)).is_ok()
+            let sent = if w.metadata_only {
+                metadata_only(object)
+            } else {
+                object.clone()
+            };
+            w.tx.unbounded_send(line(kind, &sent)).is_ok()
         });
     }
 }
 
-/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` → (namespace, plural).
-fn parse_path(path: &str) -> Option<(Option<String>, String)> {
-    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/"))?;
+/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` or `/api/v1/…` → (apiVersion,
+/// namespace, plural).
+fn parse_path(path: &str) -> Option<(&'static str, Option<String>, String)> {
+    let (api_version, rest) = match path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/")) {
+        Some(rest) => (KSERVE, rest),
+        None => (CORE, path.strip_prefix("/api/v1/")?),
+    };
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
-        [plural] => Some((None, plural.to_string())),
-        ["namespaces", ns, plural] => Some((Some(ns.to_string()), plural.to_string())),
+        [plural] => Some((api_version, None, plural.to_string())),
+        ["namespaces", ns, plural] => Some((api_version, Some(ns.to_string()), plural.to_string())),
         _ => None,
     }
+}
+
+/// An object as a metadata-only request sees it.
+fn metadata_only(object: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": object["metadata"],
+    })
 }
 
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
+    let metadata_only_request = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let mut guard = inner.lock().unwrap();
     let inner = &mut *guard;
     if inner.down {
         return json_response(503, &status(503, "ServiceUnavailable", "taken down"));
     }
     inner.requests += 1;
+    let parsed = parse_path(uri.path());
+    let group_of_request = parsed.as_ref().map(|p| p.0);
     let not_found = |inner: &Inner| {
-        if inner.resources.values().any(|r| r.installed) {
+        if inner
+            .resources
+            .values()
+            .any(|r| r.installed && Some(r.api_version) == group_of_request)
+        {
             json_response(
                 404,
                 &status(
@@ -395,7 +438,7 @@ async fn handle(
             (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
         }
     };
-    let Some((namespace, plural)) = parse_path(uri.path()) else {
+    let Some((api_version, namespace, plural)) = parsed else {
         return not_found(inner);
     };
     if method != Method::GET {
@@ -408,9 +451,16 @@ async fn handle(
     } else {
         counts.lists += 1;
     }
+    if metadata_only_request {
+        counts.metadata_only += 1;
+    }
     let revision = inner.revision;
     let (compacted, http_410) = (inner.compacted, inner.http_410);
-    let Some(r) = inner.resources.get(&plural).filter(|r| r.installed) else {
+    let Some(r) = inner
+        .resources
+        .get(&plural)
+        .filter(|r| r.installed && r.api_version == api_version)
+    else {
         return not_found(inner);
     };
     if namespace.is_some() && !r.namespaced {
@@ -423,12 +473,28 @@ async fn handle(
         if let Some(code) = r.fail_lists {
             return json_response(code, &status(code, "InternalError", "list failed (fake)"));
         }
-        let items: Vec<&Value> = r.objects.values().filter(|o| in_scope(o)).collect();
+        let items: Vec<Value> = r
+            .objects
+            .values()
+            .filter(|o| in_scope(o))
+            .map(|o| {
+                if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                }
+            })
+            .collect();
+        let (list_api_version, list_kind) = if metadata_only_request {
+            ("meta.k8s.io/v1", "PartialObjectMetadataList".to_string())
+        } else {
+            (r.api_version, format!("{}List", r.kind))
+        };
         return json_response(
             200,
             &json!({
-                "apiVersion": format!("{GROUP}/{VERSION}"),
-                "kind": format!("{}List", r.kind),
+                "apiVersion": list_api_version,
+                "kind": list_kind,
                 "metadata": {"resourceVersion": revision.to_string()},
                 "items": items,
             }),
@@ -441,7 +507,12 @@ async fn handle(
         // "Any": the current objects as ADDED, then live.
         "" | "0" => {
             for o in r.objects.values().filter(|o| in_scope(o)) {
-                let _ = tx.unbounded_send(line("ADDED", o));
+                let o = if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                };
+                let _ = tx.unbounded_send(line("ADDED", &o));
             }
         }
         rv => {
@@ -458,7 +529,12 @@ async fn handle(
                 return stream_response(rx, None);
             }
             for (_, kind, o) in r.history.iter().filter(|(v, _, o)| *v > rv && in_scope(o)) {
-                let _ = tx.unbounded_send(line(kind, o));
+                let o = if metadata_only_request {
+                    metadata_only(o)
+                } else {
+                    o.clone()
+                };
+                let _ = tx.unbounded_send(line(kind, &o));
             }
         }
     }
@@ -467,6 +543,7 @@ async fn handle(
         plural,
         namespace,
         bookmarks,
+        metadata_only: metadata_only_request,
         tx,
     });
     let timeout = query

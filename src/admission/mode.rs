@@ -1,0 +1,134 @@
+//! Rollout modes (SPEC.md §9): the one place where the policy's verdict becomes the answer of
+//! the namespace's mode.
+//!
+//! | mode | `/mutate` | `/validate` |
+//! |---|---|---|
+//! | `enforce` | the patch, or the denial | the denial |
+//! | `warn` | allowed, no patch; `would …` warnings | allowed; `would deny: …` warnings |
+//! | `audit` | allowed, no patch, no warning; audit annotations | allowed; audit annotation |
+//! | `off` | allowed untouched | allowed |
+//!
+//! The audit annotation keys are `would-patch` and `would-deny`: the API server records each
+//! under `<webhook name>/<key>` (`mutate.modelgate.io/would-patch`) and drops any key that
+//! would then hold a second `/`.
+
+use super::Decision;
+use crate::namespaces::{Mode, NamespaceMode};
+use crate::policy::{Denial, Mutation};
+
+/// Audit annotation: what the mutation would change, `; `-separated.
+pub const WOULD_PATCH: &str = "would-patch";
+/// Audit annotation: the denial the request would get.
+pub const WOULD_DENY: &str = "would-deny";
+
+/// What the policy did with one request, as `modelgate_policy_results_total` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyResult {
+    Patched,
+    Denied,
+    Unchanged,
+    WouldPatch,
+    WouldDeny,
+}
+
+impl PolicyResult {
+    pub const ALL: [PolicyResult; 5] = [
+        PolicyResult::Patched,
+        PolicyResult::Denied,
+        PolicyResult::Unchanged,
+        PolicyResult::WouldPatch,
+        PolicyResult::WouldDeny,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyResult::Patched => "patched",
+            PolicyResult::Denied => "denied",
+            PolicyResult::Unchanged => "unchanged",
+            PolicyResult::WouldPatch => "would_patch",
+            PolicyResult::WouldDeny => "would_deny",
+        }
+    }
+}
+
+/// The policy's verdict on one request: the mutation (empty for the validating webhook when
+/// it allows), or the denial.
+pub type Verdict = Result<Mutation, Denial>;
+
+/// The warning a dry-run mode gives for one violation of a denial.
+fn would_deny(denial: &Denial) -> impl Iterator<Item = String> + '_ {
+    denial
+        .violations
+        .iter()
+        .map(|v| format!("would deny: {}: {}", v.field, v.problem))
+}
+
+/// `off`: allowed untouched, the policy not even consulted.
+pub fn off() -> Decision {
+    Decision {
+        allowed: true,
+        mode: Some(Mode::Off),
+        result: Some(PolicyResult::Unchanged),
+        ..Default::default()
+    }
+}
+
+/// Shapes the verdict into the answer of `ns.mode` (`off` is [`off`]).
+pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
+    let mut d = Decision {
+        allowed: true,
+        mode: Some(ns.mode),
+        ..Default::default()
+    };
+    d.warnings.extend(ns.label_warning);
+    match (ns.mode, verdict) {
+        (Mode::Off, _) => return off(),
+        (Mode::Enforce, Ok(m)) => {
+            let (patch, warnings) = m.into_applied();
+            d.warnings.extend(warnings);
+            d.result = Some(if patch.is_empty() {
+                PolicyResult::Unchanged
+            } else {
+                PolicyResult::Patched
+            });
+            d.patch = (!patch.is_empty()).then(|| patch.into_patch());
+        }
+        (Mode::Enforce, Err(denial)) => {
+            d = Decision {
+                warnings: d.warnings,
+                mode: d.mode,
+                result: Some(PolicyResult::Denied),
+                ..Decision::deny(&denial)
+            };
+        }
+        (Mode::Warn, Ok(m)) => {
+            d.warnings.extend(m.changes.iter().map(|c| c.would()));
+            d.warnings.extend(m.notes);
+            d.result = Some(would_patch_or_unchanged(&m.changes));
+        }
+        (Mode::Warn, Err(denial)) => {
+            d.warnings.extend(would_deny(&denial));
+            d.result = Some(PolicyResult::WouldDeny);
+        }
+        (Mode::Audit, Ok(m)) => {
+            if !m.changes.is_empty() {
+                let facts: Vec<&str> = m.changes.iter().map(|c| c.description.as_str()).collect();
+                d.audit_annotations.insert(WOULD_PATCH, facts.join("; "));
+            }
+            d.result = Some(would_patch_or_unchanged(&m.changes));
+        }
+        (Mode::Audit, Err(denial)) => {
+            d.audit_annotations.insert(WOULD_DENY, denial.to_string());
+            d.result = Some(PolicyResult::WouldDeny);
+        }
+    }
+    d
+}
+
+fn would_patch_or_unchanged(changes: &[crate::policy::Change]) -> PolicyResult {
+    if changes.is_empty() {
+        PolicyResult::Unchanged
+    } else {
+        PolicyResult::WouldPatch
+    }
+}

@@ -1,0 +1,568 @@
+//! Every cell of SPEC.md §9's table, through the wire: for each mode and webhook, the patch (or
+//! none), the warnings, the `auditAnnotations`, and the result `modelgate_policy_results_total`
+//! counts. Also the Pod Security `restricted` namespace, where the prep is not injected.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cache::{CacheEntry, CacheIndex, CacheScope};
+use crate::namespaces::{MODE_LABEL, NamespaceLabels, POD_SECURITY_ENFORCE_LABEL};
+use crate::server::metrics::Metrics;
+
+/// Namespaces `ns-<mode>` labelled with each mode, `ns-bogus` with an unknown value,
+/// `ns-plain` unlabelled, `ns-restricted` enforcing Pod Security restricted.
+fn namespaces() -> Namespaces {
+    let mut ns = Namespaces::default();
+    let label = |pairs: &[(&str, &str)]| {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        NamespaceLabels::from_labels(&map)
+    };
+    for mode in Mode::ALL {
+        ns.set(&format!("ns-{mode}"), label(&[(MODE_LABEL, mode.as_str())]));
+    }
+    ns.set("ns-bogus", label(&[(MODE_LABEL, "dry-run")]));
+    ns.set(
+        "ns-restricted",
+        label(&[(POD_SECURITY_ENFORCE_LABEL, "restricted")]),
+    );
+    ns
+}
+
+fn review(ns: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": ns, "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": object,
+        }
+    }))
+    .unwrap()
+}
+
+fn pod(spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}, "spec": spec})
+}
+
+/// Needs every §3 field and nothing else: enforce patches it, validation allows it as is.
+fn to_patch() -> Value {
+    pod(json!({"containers": [{"name": "c", "image": "x"}]}))
+}
+
+/// A container says runAsNonRoot: false: enforce's mutation fixes it, so no mode may report
+/// the validator's objection to the unpatched object.
+fn fixed_by_mutation() -> Value {
+    pod(json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
+        "containers": [{"name": "c", "image": "x", "securityContext": {"runAsNonRoot": false}}]
+    }))
+}
+
+/// A uid of 0: denied by both webhooks.
+fn to_deny() -> Value {
+    pod(json!({"securityContext": {"runAsUser": 0}, "containers": [{"name": "c", "image": "x"}]}))
+}
+
+/// Already as the policy wants it.
+fn compliant() -> Value {
+    pod(json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
+        "containers": [{"name": "c", "image": "x"}]
+    }))
+}
+
+const DENIAL_WARNING: &str =
+    "would deny: spec.securityContext.runAsUser: 0 is outside 1..2147483647";
+const PATCH_FACTS: [&str; 3] = [
+    "set spec.securityContext.runAsNonRoot=true",
+    "set spec.securityContext.runAsUser=1000",
+    "set spec.securityContext.runAsGroup=1000",
+];
+
+struct Answer {
+    response: Value,
+    patch: Option<Vec<Value>>,
+    summary: Summary,
+}
+
+impl Answer {
+    fn allowed(&self) -> bool {
+        self.response["allowed"] == true
+    }
+    fn warnings(&self) -> Vec<String> {
+        self.response["warnings"]
+            .as_array()
+            .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    }
+    fn audit(&self) -> Value {
+        self.response
+            .get("auditAnnotations")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+    fn result(&self) -> (&'static str, &'static str) {
+        (
+            self.summary.mode.expect("mode").as_str(),
+            self.summary.result.expect("result").as_str(),
+        )
+    }
+}
+
+fn run_in(
+    webhook: Webhook,
+    ns: &str,
+    object: Value,
+    cfg: &PolicyConfig,
+    namespaces: &Namespaces,
+    index: &CacheIndex,
+) -> Answer {
+    let ctx = Context {
+        config: cfg,
+        caches: Caches::Ready(index),
+        namespaces,
+    };
+    let out = super::review(webhook, &review(ns, object), &ctx);
+    assert_eq!(out.http_status, 200);
+    let body: Value = serde_json::from_slice(&out.body).unwrap();
+    let response = body["response"].clone();
+    let patch = response["patch"].as_str().map(|b64| {
+        assert_eq!(response["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    });
+    Answer {
+        response,
+        patch,
+        summary: out.summary,
+    }
+}
+
+fn run(webhook: Webhook, ns: &str, object: Value) -> Answer {
+    run_in(
+        webhook,
+        ns,
+        object,
+        &PolicyConfig::default(),
+        &namespaces(),
+        &CacheIndex::new(),
+    )
+}
+
+#[test]
+fn enforce_patches_and_denies_as_written() {
+    let a = run(Webhook::Mutate, "ns-enforce", to_patch());
+    assert!(a.allowed());
+    assert_eq!(a.patch.as_ref().map(Vec::len), Some(1));
+    assert!(a.warnings().is_empty(), "{:?}", a.warnings());
+    assert_eq!(a.audit(), Value::Null);
+    assert_eq!(a.result(), ("enforce", "patched"));
+
+    let a = run(Webhook::Mutate, "ns-enforce", to_deny());
+    assert!(!a.allowed() && a.patch.is_none());
+    assert_eq!(a.response["status"]["code"], 403);
+    assert_eq!(a.result(), ("enforce", "denied"));
+
+    let a = run(Webhook::Mutate, "ns-enforce", compliant());
+    assert!(a.allowed() && a.patch.is_none());
+    assert_eq!(a.result(), ("enforce", "unchanged"));
+
+    let a = run(Webhook::Validate, "ns-enforce", to_deny());
+    assert!(!a.allowed());
+    assert!(
+        a.response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.securityContext.runAsUser: 0 is outside 1..2147483647")
+    );
+    assert_eq!(a.result(), ("enforce", "denied"));
+
+    let a = run(Webhook::Validate, "ns-enforce", to_patch());
+    assert!(a.allowed() && a.patch.is_none());
+    assert_eq!(a.result(), ("enforce", "unchanged"));
+}
+
+#[test]
+fn warn_allows_without_a_patch_and_says_what_would_change() {
+    let a = run(Webhook::Mutate, "ns-warn", to_patch());
+    assert!(a.allowed() && a.patch.is_none());
+    let expected: Vec<String> = PATCH_FACTS.iter().map(|f| format!("would {f}")).collect();
+    assert_eq!(a.warnings(), expected);
+    assert_eq!(a.audit(), Value::Null);
+    assert_eq!(a.result(), ("warn", "would_patch"));
+
+    let a = run(Webhook::Mutate, "ns-warn", to_deny());
+    assert!(a.allowed() && a.patch.is_none());
+    assert_eq!(a.warnings(), [DENIAL_WARNING]);
+    assert_eq!(a.result(), ("warn", "would_deny"));
+
+    let a = run(Webhook::Mutate, "ns-warn", compliant());
+    assert!(a.allowed() && a.patch.is_none() && a.warnings().is_empty());
+    assert_eq!(a.result(), ("warn", "unchanged"));
+
+    let a = run(Webhook::Validate, "ns-warn", to_deny());
+    assert!(a.allowed() && a.patch.is_none());
+    assert_eq!(a.warnings(), [DENIAL_WARNING]);
+    assert_eq!(a.audit(), Value::Null);
+    assert_eq!(a.result(), ("warn", "would_deny"));
+
+    let a = run(Webhook::Validate, "ns-warn", to_patch());
+    assert!(a.allowed() && a.warnings().is_empty());
+    assert_eq!(a.result(), ("warn", "unchanged"));
+}
+
+#[test]
+fn audit_allows_silently_and_records_the_facts_in_audit_annotations() {
+    let a = run(Webhook::Mutate, "ns-audit", to_patch());
+    assert!(a.allowed() && a.patch.is_none() && a.warnings().is_empty());
+    assert_eq!(a.audit(), json!({"would-patch": PATCH_FACTS.join("; ")}));
+    assert_eq!(a.result(), ("audit", "would_patch"));
+
+    let a = run(Webhook::Mutate, "ns-audit", to_deny());
+    assert!(a.allowed() && a.patch.is_none() && a.warnings().is_empty());
+    let would_deny = a.audit()["would-deny"].as_str().unwrap().to_string();
+    assert!(
+        would_deny.starts_with("spec.securityContext.runAsUser: 0 is outside 1..2147483647. "),
+        "{would_deny}"
+    );
+    assert_eq!(a.audit().as_object().unwrap().len(), 1);
+    assert_eq!(a.result(), ("audit", "would_deny"));
+
+    let a = run(Webhook::Mutate, "ns-audit", compliant());
+    assert!(a.allowed() && a.audit() == Value::Null);
+    assert_eq!(a.result(), ("audit", "unchanged"));
+
+    let a = run(Webhook::Validate, "ns-audit", to_deny());
+    assert!(a.allowed() && a.warnings().is_empty());
+    assert_eq!(a.audit(), json!({"would-deny": would_deny}));
+    assert_eq!(a.result(), ("audit", "would_deny"));
+
+    let a = run(Webhook::Validate, "ns-audit", to_patch());
+    assert!(a.allowed() && a.audit() == Value::Null);
+    assert_eq!(a.result(), ("audit", "unchanged"));
+}
+
+#[test]
+fn off_allows_everything_untouched() {
+    for webhook in [Webhook::Mutate, Webhook::Validate] {
+        for object in [to_patch(), to_deny(), fixed_by_mutation(), compliant()] {
+            let a = run(webhook, "ns-off", object);
+            assert!(a.allowed() && a.patch.is_none());
+            assert!(a.warnings().is_empty() && a.audit() == Value::Null);
+            assert_eq!(a.result(), ("off", "unchanged"));
+        }
+    }
+    // Even an object that does not decode: the namespace has opted out.
+    let a = run(
+        Webhook::Validate,
+        "ns-off",
+        json!({"kind": "Pod", "spec": 7}),
+    );
+    assert!(a.allowed());
+}
+
+#[test]
+fn dry_run_validation_reports_only_what_enforce_would_deny() {
+    // Enforce: the mutation fixes runAsNonRoot, the validator then sees the fixed pod.
+    let a = run(Webhook::Mutate, "ns-enforce", fixed_by_mutation());
+    assert_eq!(a.result(), ("enforce", "patched"));
+    for ns in ["ns-warn", "ns-audit"] {
+        let a = run(Webhook::Validate, ns, fixed_by_mutation());
+        assert!(
+            a.allowed() && a.warnings().is_empty(),
+            "{ns}: {:?}",
+            a.warnings()
+        );
+        assert_eq!(a.audit(), Value::Null, "{ns}");
+        assert_eq!(a.result().1, "unchanged", "{ns}");
+    }
+    let a = run(Webhook::Mutate, "ns-warn", fixed_by_mutation());
+    assert_eq!(
+        a.warnings(),
+        ["would set spec.containers[0].securityContext.runAsNonRoot=true"]
+    );
+    // A prep container that is not canonical: enforce replaces it, so warn does not deny it.
+    let cache_pod = pod(json!({
+        "initContainers": [{"name": "model-cache-prep", "image": "old"}],
+        "containers": [{"name": "c", "image": "x"}],
+        "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}}]
+    }));
+    let a = run(Webhook::Validate, "ns-warn", cache_pod.clone());
+    assert!(a.warnings().is_empty(), "{:?}", a.warnings());
+    let a = run(Webhook::Validate, "ns-enforce", cache_pod);
+    assert!(!a.allowed());
+}
+
+#[test]
+fn default_mode_applies_to_unlabelled_namespaces_and_an_unknown_label_enforces_with_a_warning() {
+    for mode in Mode::ALL {
+        let cfg = PolicyConfig {
+            default_mode: mode,
+            ..PolicyConfig::default()
+        };
+        let a = run_in(
+            Webhook::Mutate,
+            "ns-plain",
+            to_patch(),
+            &cfg,
+            &namespaces(),
+            &CacheIndex::new(),
+        );
+        assert_eq!(a.summary.mode, Some(mode));
+        assert_eq!(a.patch.is_some(), mode == Mode::Enforce, "{mode}");
+        // A label beats the default.
+        let a = run_in(
+            Webhook::Mutate,
+            "ns-warn",
+            to_patch(),
+            &cfg,
+            &namespaces(),
+            &CacheIndex::new(),
+        );
+        assert_eq!(a.summary.mode, Some(Mode::Warn));
+    }
+    let cfg = PolicyConfig {
+        default_mode: Mode::Off,
+        ..PolicyConfig::default()
+    };
+    let a = run_in(
+        Webhook::Mutate,
+        "ns-bogus",
+        to_patch(),
+        &cfg,
+        &namespaces(),
+        &CacheIndex::new(),
+    );
+    assert_eq!(a.result(), ("enforce", "patched"));
+    assert_eq!(
+        a.warnings(),
+        [
+            "namespace ns-bogus: label modelgate.io/mode=\"dry-run\" is not one of enforce, warn, audit, off; enforcing"
+        ]
+    );
+    let a = run_in(
+        Webhook::Validate,
+        "ns-bogus",
+        to_deny(),
+        &cfg,
+        &namespaces(),
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+    assert_eq!(a.warnings().len(), 1);
+}
+
+#[test]
+fn exempt_namespaces_stay_outside_the_modes() {
+    let cfg = PolicyConfig::default().finalize();
+    let a = run_in(
+        Webhook::Mutate,
+        "kube-system",
+        to_deny(),
+        &cfg,
+        &namespaces(),
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed() && a.patch.is_none());
+    assert_eq!((a.summary.mode, a.summary.result), (None, None));
+}
+
+#[test]
+fn the_metric_counts_each_result_by_webhook_and_mode() {
+    let metrics = Metrics::new();
+    let cells = [
+        (Webhook::Mutate, "ns-enforce", to_patch()),
+        (Webhook::Mutate, "ns-enforce", to_patch()),
+        (Webhook::Validate, "ns-enforce", to_deny()),
+        (Webhook::Mutate, "ns-warn", to_patch()),
+        (Webhook::Validate, "ns-audit", to_deny()),
+        (Webhook::Mutate, "ns-off", to_deny()),
+        (Webhook::Mutate, "ns-audit", compliant()),
+    ];
+    for (webhook, ns, object) in cells {
+        let a = run(webhook, ns, object);
+        metrics.admission(webhook, &a.summary, 0.001);
+    }
+    let text = metrics.encode().unwrap();
+    for line in [
+        r#"modelgate_policy_results_total{webhook="mutate",mode="enforce",result="patched"} 2"#,
+        r#"modelgate_policy_results_total{webhook="validate",mode="enforce",result="denied"} 1"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="warn",result="would_patch"} 1"#,
+        r#"modelgate_policy_results_total{webhook="validate",mode="audit",result="would_deny"} 1"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="off",result="unchanged"} 1"#,
+        r#"modelgate_policy_results_total{webhook="mutate",mode="audit",result="unchanged"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert_eq!(text.matches("modelgate_policy_results_total{").count(), 6);
+}
+
+// Pod Security -------------------------------------------------------------------------------
+
+fn cache_pod() -> Value {
+    pod(json!({
+        "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}]}],
+        "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "cache"}}]
+    }))
+}
+
+fn patched(object: &Value, patch: &Option<Vec<Value>>) -> Value {
+    let mut out = object.clone();
+    if let Some(ops) = patch {
+        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
+        json_patch::patch(&mut out, &p).unwrap();
+    }
+    out
+}
+
+#[test]
+fn restricted_namespaces_get_no_root_prep_and_run_as_the_cache_owner() {
+    let a = run(Webhook::Mutate, "ns-restricted", cache_pod());
+    assert!(a.allowed());
+    let pod = patched(&cache_pod(), &a.patch);
+    assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
+    // As under --model-cache-prep=never: the pod runs as the cache owner.
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 101, "runAsGroup": 1000, "fsGroup": 102})
+    );
+    assert_eq!(
+        a.warnings(),
+        [
+            "namespace ns-restricted enforces Pod Security restricted, which refuses the root model-cache-prep: not injected; the pod is treated as under --model-cache-prep=never"
+        ]
+    );
+    // The result validates, and a second pass changes nothing.
+    let v = run(Webhook::Validate, "ns-restricted", pod.clone());
+    assert!(v.allowed(), "{}", v.response);
+    let again = run(Webhook::Mutate, "ns-restricted", pod);
+    assert!(again.patch.is_none());
+
+    // Elsewhere the same pod gets the prep.
+    let a = run(Webhook::Mutate, "ns-plain", cache_pod());
+    let pod = patched(&cache_pod(), &a.patch);
+    assert_eq!(pod["spec"]["initContainers"][0]["name"], "model-cache-prep");
+    assert!(a.warnings().is_empty());
+
+    // A pod that brings its own root prep into a restricted namespace is refused.
+    let mut own = cache_pod();
+    own["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "x",
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": false}}]);
+    let v = run(Webhook::Validate, "ns-restricted", own);
+    assert!(!v.allowed());
+}
+
+#[test]
+fn in_warn_mode_a_restricted_namespace_hears_why_no_prep_would_be_injected() {
+    let mut ns = namespaces();
+    let labels: BTreeMap<String, String> = [
+        (MODE_LABEL, "warn"),
+        (POD_SECURITY_ENFORCE_LABEL, "restricted"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    ns.set("both", NamespaceLabels::from_labels(&labels));
+    let a = run_in(
+        Webhook::Mutate,
+        "both",
+        cache_pod(),
+        &PolicyConfig::default(),
+        &ns,
+        &CacheIndex::new(),
+    );
+    let w = a.warnings();
+    assert!(
+        w.contains(&"would set spec.securityContext.runAsUser=101".to_string()),
+        "{w:?}"
+    );
+    assert!(!w.iter().any(|w| w.starts_with("would inject")), "{w:?}");
+    assert!(
+        w.iter().any(|w| w.contains("Pod Security restricted")),
+        "{w:?}"
+    );
+}
+
+// Warnings keep the cache's name ---------------------------------------------------------------
+
+#[test]
+fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
+    let long_name = format!("cache-{}", "n".repeat(90));
+    let uri = format!("hf://org/{}/weights", "m".repeat(300));
+    let mut index = CacheIndex::new();
+    index.upsert_cache(CacheEntry {
+        scope: CacheScope::Namespace("ns-warn".into()),
+        name: long_name.clone(),
+        source_model_uri: uri.clone(),
+        node_groups: vec!["workers".into()],
+    });
+    index.upsert_cache(CacheEntry {
+        scope: CacheScope::Namespace("ns-enforce".into()),
+        name: long_name.clone(),
+        source_model_uri: uri.clone(),
+        node_groups: vec!["workers".into()],
+    });
+    index.upsert_node_group("workers", None);
+    let mut object = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
+    object["metadata"]["annotations"] = json!({"modelgate.io/model-uri": uri});
+    let source = format!("LocalModelNamespaceCache ns-enforce/{long_name}");
+    let a = run_in(
+        Webhook::Mutate,
+        "ns-enforce",
+        object.clone(),
+        &PolicyConfig::default(),
+        &namespaces(),
+        &index,
+    );
+    let served = a
+        .warnings()
+        .into_iter()
+        .find(|w| w.starts_with("model "))
+        .unwrap();
+    assert!(served.len() <= MAX_WARNING_LEN, "{} bytes", served.len());
+    assert!(
+        served.ends_with(&format!(" served from {source}")),
+        "{served}"
+    );
+    assert!(
+        served.starts_with("model hf://org/mmm") && served.contains('…'),
+        "{served}"
+    );
+    // The mount itself uses the whole URI.
+    let pod = patched(&object, &a.patch);
+    assert_eq!(
+        pod["metadata"]["annotations"]["modelgate.io/model-cache"],
+        format!("namespace/ns-enforce/{long_name}")
+    );
+
+    let a = run_in(
+        Webhook::Mutate,
+        "ns-warn",
+        object,
+        &PolicyConfig::default(),
+        &namespaces(),
+        &index,
+    );
+    let would = a
+        .warnings()
+        .into_iter()
+        .find(|w| w.starts_with("would mount "))
+        .unwrap();
+    assert!(would.len() <= MAX_WARNING_LEN, "{} bytes", would.len());
+    assert!(
+        would.ends_with(&format!(
+            " from LocalModelNamespaceCache ns-warn/{long_name}"
+        )),
+        "{would}"
+    );
+}

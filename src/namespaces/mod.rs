@@ -1,0 +1,288 @@
+//! Namespaces as admission sees them (SPEC.md §9): the rollout mode a namespace runs in (label
+//! `modelgate.io/mode`, else `--default-mode`) and whether it enforces Pod Security
+//! `restricted` (label `pod-security.kubernetes.io/enforce`).
+//!
+//! `serve` fills a [`NamespaceStore`] from a metadata-only watch of the cluster's Namespaces
+//! ([`watch`]); `review` reads Namespace objects from its `--caches` files. Until the first list
+//! arrives the store is empty, so `--default-mode` applies everywhere. Only namespaces that
+//! carry one of the two labels are kept: memory grows with the labelled ones, not with all.
+
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use clap::ValueEnum;
+use serde_json::Value;
+
+use crate::documents::Document;
+
+/// The label that sets a namespace's mode.
+pub const MODE_LABEL: &str = "modelgate.io/mode";
+/// Pod Security Admission's enforce level.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// How modelgate answers for a namespace (the table of SPEC.md §9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
+pub enum Mode {
+    /// Patch and deny as the policy says.
+    #[default]
+    Enforce,
+    /// Allow without a patch; say in warnings what would change or be denied.
+    Warn,
+    /// Allow without a patch or warning; say it in audit annotations.
+    Audit,
+    /// Allow untouched.
+    Off,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::Enforce, Mode::Warn, Mode::Audit, Mode::Off];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Warn => "warn",
+            Mode::Audit => "audit",
+            Mode::Off => "off",
+        }
+    }
+
+    /// A label value, exactly as written (labels are case-sensitive, as PSA's are).
+    pub fn from_label(value: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.as_str() == value)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The two labels of one namespace that admission reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceLabels {
+    pub mode: Option<String>,
+    pub pod_security_enforce: Option<String>,
+}
+
+impl NamespaceLabels {
+    /// The labels that matter, or `None` when the namespace has neither.
+    pub fn from_labels<'a>(
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Option<Self> {
+        let mut out = NamespaceLabels::default();
+        for (k, v) in labels {
+            match k.as_str() {
+                MODE_LABEL => out.mode = Some(v.clone()),
+                POD_SECURITY_ENFORCE_LABEL => out.pod_security_enforce = Some(v.clone()),
+                _ => {}
+            }
+        }
+        (out != NamespaceLabels::default()).then_some(out)
+    }
+}
+
+/// The mode a namespace runs in, and the warning an unknown label value earns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceMode {
+    pub mode: Mode,
+    pub label_warning: Option<String>,
+}
+
+/// The labelled namespaces, by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Namespaces {
+    by_name: BTreeMap<String, NamespaceLabels>,
+}
+
+static NONE: Namespaces = Namespaces {
+    by_name: BTreeMap::new(),
+};
+
+impl Namespaces {
+    /// No namespace labelled: `--default-mode` everywhere, no Pod Security level known.
+    pub fn none() -> &'static Namespaces {
+        &NONE
+    }
+
+    /// Records a namespace's labels (forgets it when it has none that matter).
+    pub fn set(&mut self, name: &str, labels: Option<NamespaceLabels>) {
+        match labels {
+            Some(l) => {
+                self.by_name.insert(name.to_string(), l);
+            }
+            None => {
+                self.by_name.remove(name);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.by_name.remove(name);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The namespace's mode: its label, else `default`. An unknown label value counts as
+    /// `enforce`, with a warning that names the namespace and the value.
+    pub fn mode(&self, namespace: &str, default: Mode) -> NamespaceMode {
+        let label = self.by_name.get(namespace).and_then(|l| l.mode.as_deref());
+        match label {
+            None => NamespaceMode {
+                mode: default,
+                label_warning: None,
+            },
+            Some(value) => match Mode::from_label(value) {
+                Some(mode) => NamespaceMode {
+                    mode,
+                    label_warning: None,
+                },
+                None => NamespaceMode {
+                    mode: Mode::Enforce,
+                    label_warning: Some(format!(
+                        "namespace {namespace}: label {MODE_LABEL}={value:?} is not one of \
+                         enforce, warn, audit, off; enforcing"
+                    )),
+                },
+            },
+        }
+    }
+
+    /// Whether the namespace enforces Pod Security `restricted`, which refuses root containers.
+    pub fn enforces_restricted(&self, namespace: &str) -> bool {
+        self.by_name
+            .get(namespace)
+            .and_then(|l| l.pod_security_enforce.as_deref())
+            == Some("restricted")
+    }
+
+    /// Adds the `v1` Namespace objects among `docs` (the others are left to other readers) and
+    /// returns how many there were.
+    pub fn insert_documents(&mut self, docs: &[Document]) -> anyhow::Result<usize> {
+        let mut n = 0;
+        for d in docs.iter().filter(|d| is_namespace(&d.value)) {
+            let name = d
+                .value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| anyhow::anyhow!("{}: Namespace has no metadata.name", d.origin))?;
+            let labels: BTreeMap<String, String> = match d.value.pointer("/metadata/labels") {
+                None | Some(Value::Null) => BTreeMap::new(),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: Namespace {name}: metadata.labels must map strings to strings: {e}",
+                        d.origin
+                    )
+                })?,
+            };
+            self.set(name, NamespaceLabels::from_labels(&labels));
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// Whether a document is a core `v1` Namespace.
+pub fn is_namespace(value: &Value) -> bool {
+    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && value.get("kind").and_then(Value::as_str) == Some("Namespace")
+}
+
+/// The namespaces as the server shares them: one snapshot, replaced whole by the watch, read
+/// by admissions without locking.
+#[derive(Debug, Default)]
+pub struct NamespaceStore {
+    current: ArcSwap<Namespaces>,
+}
+
+impl NamespaceStore {
+    pub fn new(initial: Namespaces) -> Self {
+        NamespaceStore {
+            current: ArcSwap::from_pointee(initial),
+        }
+    }
+
+    pub fn view(&self) -> Arc<Namespaces> {
+        self.current.load_full()
+    }
+
+    pub fn publish(&self, namespaces: Namespaces) {
+        self.current.store(Arc::new(namespaces));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::documents::read_documents;
+
+    #[test]
+    fn mode_from_label_else_default_and_unknown_is_enforce_with_a_warning() {
+        let docs = read_documents(
+            "ns.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {modelgate.io/mode: warn}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: b, labels: {modelgate.io/mode: Audit}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: c, labels: {pod-security.kubernetes.io/enforce: restricted}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: d}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+        )
+        .unwrap();
+        let mut ns = Namespaces::default();
+        assert_eq!(ns.insert_documents(&docs).unwrap(), 4);
+        assert_eq!(ns.len(), 3, "only labelled namespaces are kept");
+        assert_eq!(ns.mode("a", Mode::Audit).mode, Mode::Warn);
+        let b = ns.mode("b", Mode::Off);
+        assert_eq!(b.mode, Mode::Enforce);
+        assert_eq!(
+            b.label_warning.as_deref(),
+            Some(
+                "namespace b: label modelgate.io/mode=\"Audit\" is not one of enforce, warn, \
+                 audit, off; enforcing"
+            )
+        );
+        assert_eq!(ns.mode("c", Mode::Audit).mode, Mode::Audit);
+        assert_eq!(ns.mode("unknown", Mode::Off).mode, Mode::Off);
+        assert!(ns.enforces_restricted("c"));
+        assert!(!ns.enforces_restricted("a") && !ns.enforces_restricted("d"));
+    }
+
+    #[test]
+    fn bad_namespace_objects_are_named() {
+        let docs =
+            read_documents("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap();
+        let e = Namespaces::default().insert_documents(&docs).unwrap_err();
+        assert!(e.to_string().contains("ns.yaml"), "{e}");
+        let docs = read_documents(
+            "ns.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {x: [1]}}\n",
+        )
+        .unwrap();
+        let e = Namespaces::default().insert_documents(&docs).unwrap_err();
+        assert!(
+            e.to_string().contains("Namespace a: metadata.labels"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_label_removed_forgets_the_namespace() {
+        let mut ns = Namespaces::default();
+        let labels = BTreeMap::from([(MODE_LABEL.to_string(), "off".to_string())]);
+        ns.set("a", NamespaceLabels::from_labels(&labels));
+        assert_eq!(ns.mode("a", Mode::Enforce).mode, Mode::Off);
+        ns.set("a", NamespaceLabels::from_labels(&BTreeMap::new()));
+        assert!(ns.is_empty());
+        assert_eq!(ns.mode("a", Mode::Enforce).mode, Mode::Enforce);
+    }
+}

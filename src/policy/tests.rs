@@ -1,0 +1,240 @@
+//! The per-rule account of a mutation (`Mutation::changes`) and of a denial (`Violation::rule`).
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cache::{CacheEntry, CacheIndex, CacheScope};
+use crate::patch::FieldPath;
+
+fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
+    let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
+    let meta = &typed.metadata;
+    // The prep container is judged on its JSON as received, as the admission layer keeps it.
+    let raw: Option<Vec<Box<serde_json::value::RawValue>>> =
+        pod["spec"]["initContainers"].as_array().map(|a| {
+            a.iter()
+                .map(|c| serde_json::value::to_raw_value(c).unwrap())
+                .collect()
+        });
+    let w = Workload {
+        kind: "Pod",
+        namespace: "team-a",
+        restricted_namespace: false,
+        annotations: meta.annotations.as_ref(),
+        has_metadata: true,
+        spec: typed.spec.as_ref().unwrap(),
+        raw_init_containers: raw.as_deref(),
+        meta_path: FieldPath::root().key("metadata"),
+        spec_path: FieldPath::root().key("spec"),
+    };
+    f(&w)
+}
+
+fn index() -> CacheIndex {
+    let mut idx = CacheIndex::new();
+    idx.upsert_cache(CacheEntry {
+        scope: CacheScope::Cluster,
+        name: "llama".into(),
+        source_model_uri: "hf://org/llama".into(),
+        node_groups: vec!["workers".into()],
+    });
+    idx.upsert_node_group("workers", None);
+    idx
+}
+
+fn cache_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"modelgate.io/model-uri": "hf://org/llama"}},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "securityContext": {"runAsNonRoot": false}}],
+            "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "cache"}}]
+        }
+    })
+}
+
+fn described(changes: &[Change]) -> Vec<(Rule, String)> {
+    changes
+        .iter()
+        .map(|c| (c.rule, c.description.clone()))
+        .collect()
+}
+
+#[test]
+fn every_change_is_accounted_for_with_its_rule() {
+    let idx = index();
+    let cfg = PolicyConfig::default();
+    let m = with_workload(&cache_pod(), |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    assert_eq!(
+        described(&m.changes),
+        [
+            (
+                Rule::NonRoot,
+                "set spec.securityContext.runAsNonRoot=true".into()
+            ),
+            (
+                Rule::NonRoot,
+                "set spec.securityContext.runAsUser=1000".into()
+            ),
+            (
+                Rule::NonRoot,
+                "set spec.securityContext.runAsGroup=1000".into()
+            ),
+            (
+                Rule::CachePrep,
+                "set spec.securityContext.fsGroup=102".into()
+            ),
+            (
+                Rule::NonRoot,
+                "set spec.containers[0].securityContext.runAsNonRoot=true".into()
+            ),
+            (
+                Rule::ModelCache,
+                "mount hf://org/llama from LocalModelCache llama".into()
+            ),
+            (Rule::CachePrep, "inject model-cache-prep".into()),
+        ]
+    );
+    assert_eq!(
+        m.changes[4].would(),
+        "would set spec.containers[0].securityContext.runAsNonRoot=true"
+    );
+    // The warnings of the applied mutation are the announced changes, as before.
+    assert_eq!(
+        m.warnings(),
+        [
+            "container c: runAsNonRoot false changed to true",
+            "model hf://org/llama served from LocalModelCache llama",
+        ]
+    );
+}
+
+#[test]
+fn a_second_pass_has_no_changes_and_still_says_where_the_model_is_from() {
+    let idx = index();
+    let cfg = PolicyConfig::default();
+    let mut pod = cache_pod();
+    let m = with_workload(&pod, |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    json_patch::patch(&mut pod, &m.patch.into_patch()).unwrap();
+    let again = with_workload(&pod, |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    assert!(again.patch.is_empty());
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+    assert_eq!(
+        again.warnings(),
+        ["model hf://org/llama served from LocalModelCache llama"]
+    );
+}
+
+#[test]
+fn a_miss_and_a_replaced_prep_are_changes_too() {
+    let cfg = PolicyConfig::default();
+    let mut pod = cache_pod();
+    pod["spec"]["containers"][0]["securityContext"] = json!({});
+    pod["spec"]["securityContext"] =
+        json!({"runAsNonRoot": true, "runAsUser": 5, "runAsGroup": 5, "fsGroup": 5});
+    pod["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "old"}]);
+    let m = with_workload(&pod, |w| mutate_create(w, &cfg, Caches::NotSynced).unwrap());
+    assert_eq!(
+        described(&m.changes),
+        [
+            (
+                Rule::ModelCache,
+                "record a model cache miss for hf://org/llama (modelgate.io/model-cache: miss)"
+                    .into()
+            ),
+            (
+                Rule::CachePrep,
+                "replace model-cache-prep by the canonical one for this pod".into()
+            ),
+        ]
+    );
+    // The miss is no news to announce; "not synced" is a note, not a change.
+    assert_eq!(
+        m.warnings(),
+        [
+            "model-cache-prep init container replaced by the canonical one for this pod",
+            "model caches are not synced yet: model cache lookup treated as a miss",
+        ]
+    );
+}
+
+#[test]
+fn ephemeral_changes_name_the_ephemeral_container() {
+    let cfg = PolicyConfig::default();
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "ephemeralContainers": [{"name": "dbg", "image": "busybox", "securityContext": {"runAsNonRoot": false}}]
+        }
+    });
+    let m = with_workload(&pod, |w| mutate_ephemeral(w, &cfg).unwrap());
+    assert_eq!(
+        described(&m.changes),
+        [
+            (
+                Rule::NonRoot,
+                "set spec.ephemeralContainers[0].securityContext.runAsNonRoot=true".into()
+            ),
+            (
+                Rule::NonRoot,
+                "set spec.ephemeralContainers[0].securityContext.runAsUser=1000".into()
+            ),
+            (
+                Rule::NonRoot,
+                "set spec.ephemeralContainers[0].securityContext.runAsGroup=1000".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        m.warnings(),
+        ["container dbg: runAsNonRoot false changed to true"]
+    );
+}
+
+#[test]
+fn violations_carry_their_rule() {
+    let cfg = PolicyConfig::default();
+    let mut pod = cache_pod();
+    pod["spec"]["securityContext"] = json!({"runAsUser": 0});
+    pod["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "evil"}]);
+    let denial = with_workload(&pod, |w| validate(w, &cfg)).unwrap_err();
+    let rules: Vec<(Rule, &str)> = denial
+        .violations
+        .iter()
+        .map(|v| (v.rule, v.field.as_str()))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (Rule::NonRoot, "spec.securityContext.runAsUser"),
+            (Rule::CachePrep, "spec.initContainers[0]"),
+            (
+                Rule::NonRoot,
+                "spec.containers[0].securityContext.runAsNonRoot"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn uris_are_shortened_in_the_middle_on_character_boundaries() {
+    assert_eq!(shorten_uri("hf://org/m", 10), "hf://org/m");
+    let short = shorten_uri("hf://org/model/weights", 12);
+    assert_eq!(short, "hf://…ghts");
+    assert!(short.len() <= 12);
+    let uri = "gs://bücket/ünïcödé/ﬁle";
+    for room in 0..40 {
+        let s = shorten_uri(uri, room);
+        assert!(s.len() <= room.max(3), "{room}: {s}");
+        assert_eq!(s.contains('…'), uri.len() > room, "{room}: {s}");
+        assert!(s.starts_with("gs") || room < 6, "{room}: {s}");
+    }
+}

@@ -1,0 +1,169 @@
+//! What one client, or many, may hold of the webhook server: connections, streams, requests
+//! whose bodies are being read, header bytes, and time. Each limit is a flag of `serve` (and an
+//! environment variable `MODELGATE_<NAME>`); together they bound the server's memory whatever
+//! clients do. docs/security.md gives the formula, the figures, and the attack each one stops.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::config::parse_duration;
+
+/// Locally reset streams (stream errors caused by the client) allowed per connection before it
+/// is closed with GOAWAY ENHANCE_YOUR_CALM (hyper's default, set here so that it cannot be lost).
+pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+/// Response bytes h2 buffers per stream for a client that does not read; answers are a few KiB.
+pub const MAX_SEND_BUF_BYTES: usize = 64 * 1024;
+/// h2 flow-control windows offered to clients: a stream may have this much of its body in
+/// flight, a connection this much over all its streams. Body data not yet read (a request
+/// waiting for an in-flight slot) is bounded by the connection window.
+pub const STREAM_WINDOW_BYTES: u32 = 128 * 1024;
+pub const CONNECTION_WINDOW_BYTES: u32 = 256 * 1024;
+/// Kernel send buffer of each connection (the kernel doubles it): what a client that does not
+/// read its answers can leave queued in the kernel, instead of up to `tcp_wmem`'s 4 MiB. Answers
+/// are a few KiB; socket memory counts against the container's memory limit.
+pub const SOCKET_SEND_BUF_BYTES: usize = 64 * 1024;
+/// HTTP/2 keep-alive: a PING after this much silence, and the connection closes when its answer
+/// does not come within the timeout.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+#[command(next_help_heading = "Client limits (docs/security.md)")]
+pub struct Limits {
+    /// Open webhook connections in total; a connection beyond it is closed as soon as it is
+    /// accepted, established ones are not disturbed.
+    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
+    /// Streams (requests) one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "MODELGATE_MAX_CONCURRENT_STREAMS", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_concurrent_streams: u32,
+
+    /// Requests whose body is being read or reviewed, over all connections. A request counts
+    /// from its first body byte (a stream whose body never comes costs only its headers); beyond
+    /// the limit requests wait in arrival order, and get 429 after --body-progress-timeout.
+    #[arg(long, env = "MODELGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_requests_in_flight: u32,
+
+    /// Largest request header list (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE, decoded; HTTP/1.1: the
+    /// request head).
+    #[arg(long, env = "MODELGATE_MAX_HEADER_LIST_BYTES", default_value_t = 8 * 1024,
+          value_parser = clap::value_parser!(u32).range(1024..=1 << 20))]
+    pub max_header_list_bytes: u32,
+
+    /// HTTP/2 streams a client may reset before the server accepted them (rapid reset,
+    /// CVE-2023-44487); beyond it the connection is closed with GOAWAY ENHANCE_YOUR_CALM.
+    #[arg(long, env = "MODELGATE_MAX_PENDING_ACCEPT_RESETS", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_pending_accept_resets: u32,
+
+    /// A connection on which no request started for this long is closed (GOAWAY, then closed
+    /// for good if it is still open after as long again).
+    #[arg(long, env = "MODELGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
+    pub idle_timeout: Duration,
+
+    /// Longest wait for the next part of a request body; a stalled body gets 408 well before
+    /// the request's whole time budget is spent.
+    #[arg(long, env = "MODELGATE_BODY_PROGRESS_TIMEOUT", default_value = "2s", value_parser = positive_duration)]
+    pub body_progress_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 128,
+            max_concurrent_streams: 16,
+            max_requests_in_flight: 4,
+            max_header_list_bytes: 8 * 1024,
+            max_pending_accept_resets: 20,
+            idle_timeout: Duration::from_secs(60),
+            body_progress_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
+        d => Ok(d),
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (as Go programs do at
+/// start), so that `--max-connections` is not cut short by a low default of 1024. Returns the
+/// soft limit in force afterwards.
+pub fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok(lim.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        limits: Limits,
+    }
+
+    #[test]
+    fn defaults_are_the_flags_defaults() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.limits, Limits::default());
+    }
+
+    #[test]
+    fn zero_or_out_of_range_values_are_refused_with_the_flag_named() {
+        for args in [
+            ["x", "--max-connections=0"],
+            ["x", "--max-concurrent-streams=0"],
+            ["x", "--max-requests-in-flight=0"],
+            ["x", "--max-header-list-bytes=10"],
+            ["x", "--idle-timeout=0"],
+            ["x", "--body-progress-timeout=soon"],
+        ] {
+            let err = Cli::try_parse_from(args)
+                .err()
+                .expect("refused")
+                .to_string();
+            let flag = args[1].split('=').next().unwrap();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_limit() {
+        let soft = raise_open_files_limit().unwrap();
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        assert_eq!(soft, lim.rlim_cur);
+        assert_eq!(lim.rlim_cur, lim.rlim_max);
+    }
+}

@@ -1,0 +1,1028 @@
+//! Hostile clients against the real `serve` binary over TLS. Each test runs one attack for a
+//! few seconds while a well-behaved client (one h2 connection with several LLM-pod reviews in
+//! flight, as the API server sends them) keeps calling `/mutate`, then checks:
+//!
+//! - the well-behaved client got every answer, each identical to the answer before the attack
+//!   (its uid aside), with p99 latency under one second;
+//! - the peak RSS of `serve` (VmHWM in /proc) stayed under 200 MiB;
+//! - `serve` is ready afterwards and serves a new connection;
+//! - the limit that stops the attack was counted (`modelgate_connections_dropped_total` or
+//!   `modelgate_admission_errors_total`, by reason).
+//!
+//! The attacks write raw HTTP/2 frames (helpers below), since a well-behaved client library
+//! cannot send them. Tests run one at a time (they compete for the same CPUs otherwise).
+//! docs/security.md lists each attack, its limit and the figures.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::{Request, StatusCode};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+const MAX_RSS_KIB: u64 = 200 * 1024;
+const MAX_P99: Duration = Duration::from_secs(1);
+/// How long each attack keeps going.
+const ATTACK: Duration = Duration::from_secs(3);
+/// The well-behaved client's requests in flight.
+const LEGIT_IN_FLIGHT: usize = 4;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP/2 frames (RFC 9113 §4, §6) and the few HPACK literals (RFC 7541 §6.2) the attacks use.
+
+mod frame {
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PING: u8 = 0x6;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const CONTINUATION: u8 = 0x9;
+    pub const END_STREAM: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+    pub const CANCEL: u32 = 0x8;
+
+    pub fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let len = payload.len() as u32;
+        out.extend_from_slice(&len.to_be_bytes()[1..]);
+        out.push(kind);
+        out.push(flags);
+        out.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    pub fn settings(out: &mut Vec<u8>, pairs: &[(u16, u32)]) {
+        let mut payload = Vec::new();
+        for (id, value) in pairs {
+            payload.extend_from_slice(&id.to_be_bytes());
+            payload.extend_from_slice(&value.to_be_bytes());
+        }
+        frame(out, SETTINGS, 0, 0, &payload);
+    }
+
+    /// The client preface and its SETTINGS.
+    pub fn preface(settings_pairs: &[(u16, u32)]) -> Vec<u8> {
+        let mut out = PREFACE.to_vec();
+        settings(&mut out, settings_pairs);
+        out
+    }
+
+    fn integer(out: &mut Vec<u8>, prefix_bits: u32, flags: u8, mut value: usize) {
+        let max = (1usize << prefix_bits) - 1;
+        if value < max {
+            out.push(flags | value as u8);
+            return;
+        }
+        out.push(flags | max as u8);
+        value -= max;
+        while value >= 128 {
+            out.push((value % 128) as u8 | 0x80);
+            value /= 128;
+        }
+        out.push(value as u8);
+    }
+
+    fn string(out: &mut Vec<u8>, s: &[u8]) {
+        integer(out, 7, 0, s.len());
+        out.extend_from_slice(s);
+    }
+
+    /// A literal header field without indexing, its name from the static table.
+    pub fn literal_indexed_name(out: &mut Vec<u8>, index: usize, value: &[u8]) {
+        integer(out, 4, 0, index);
+        string(out, value);
+    }
+
+    /// A literal header field without indexing, with a new name.
+    pub fn literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        out.push(0);
+        string(out, name);
+        string(out, value);
+    }
+
+    /// `POST /mutate` headers as a header block.
+    pub fn post_mutate(content_length: Option<usize>) -> Vec<u8> {
+        // :method POST (static 3), :scheme https (static 7).
+        let mut block = vec![0x83, 0x87];
+        literal_indexed_name(&mut block, 4, b"/mutate"); // :path
+        literal_indexed_name(&mut block, 1, b"localhost"); // :authority
+        literal_indexed_name(&mut block, 31, b"application/json"); // content-type
+        if let Some(n) = content_length {
+            literal_indexed_name(&mut block, 28, n.to_string().as_bytes()); // content-length
+        }
+        block
+    }
+}
+
+/// A TLS connection to the webhook listener, offering `proto` by ALPN.
+async fn tls(t: &Target, proto: Proto) -> std::io::Result<TlsStream<TcpStream>> {
+    tls_over(t, proto, TcpStream::connect(t.addr).await?).await
+}
+
+async fn tls_over(
+    t: &Target,
+    proto: Proto,
+    tcp: TcpStream,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let config = match proto {
+        Proto::H1 => t.h1.clone(),
+        Proto::H2 => t.h2.clone(),
+    };
+    tokio_rustls::TlsConnector::from(config)
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+}
+
+/// Reads and discards what the server sends until it closes.
+fn drain<R: tokio::io::AsyncRead + Unpin + Send + 'static>(mut reader: R) {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = reader.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The harness
+
+/// The review the well-behaved client sends: an LLM serving pod.
+fn llm_review() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/reviews/llm-serving-pod.json"
+    );
+    serde_json::from_slice(&std::fs::read(path).expect("read the LLM pod review")).unwrap()
+}
+
+fn with_uid(review: &Value, uid: &str) -> Value {
+    let mut r = review.clone();
+    r["request"]["uid"] = uid.into();
+    r
+}
+
+#[derive(Default)]
+struct LegitReport {
+    latencies: Vec<Duration>,
+    failures: Vec<String>,
+}
+
+impl LegitReport {
+    fn p99(&self) -> Duration {
+        let mut l = self.latencies.clone();
+        l.sort();
+        l.get((l.len() * 99).div_ceil(100).saturating_sub(1))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// The well-behaved client, on its own thread and runtime so that the attack's tasks in this
+/// process cannot delay it: one h2 connection, [`LEGIT_IN_FLIGHT`] requests in flight, each
+/// answer compared with `expected` (the answer before the attack, uid aside).
+struct Legit {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<LegitReport>,
+}
+
+impl Legit {
+    fn start(addr: SocketAddr, ca: String, expected: Value) -> Legit {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let stop_flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let review = llm_review();
+                let conn = connect(addr, client_config(&ca, Proto::H2, None), Proto::H2)
+                    .await
+                    .expect("the well-behaved client connects");
+                let sender = conn.h2_sender().unwrap();
+                let counter = Arc::new(AtomicU64::new(0));
+                let _ = ready_tx.send(());
+                let mut workers = Vec::new();
+                for _ in 0..LEGIT_IN_FLIGHT {
+                    let (mut sender, stop, counter) =
+                        (sender.clone(), stop_flag.clone(), counter.clone());
+                    let (review, expected) = (review.clone(), expected.clone());
+                    workers.push(tokio::spawn(async move {
+                        let mut report = LegitReport::default();
+                        while !stop.load(Ordering::Relaxed) {
+                            let uid = format!("legit-{}", counter.fetch_add(1, Ordering::Relaxed));
+                            let body = serde_json::to_vec(&with_uid(&review, &uid)).unwrap();
+                            let req = Request::post(format!(
+                                "https://localhost:{}/mutate?timeout=10s",
+                                addr.port()
+                            ))
+                            .header("content-type", "application/json")
+                            .body(full(body))
+                            .unwrap();
+                            let started = Instant::now();
+                            let result = async {
+                                sender.ready().await.map_err(|e| e.to_string())?;
+                                let resp =
+                                    sender.send_request(req).await.map_err(|e| e.to_string())?;
+                                let status = resp.status();
+                                let body = http_body_util::BodyExt::collect(resp.into_body())
+                                    .await
+                                    .map_err(|e| e.to_string())?
+                                    .to_bytes();
+                                Ok::<_, String>((status, body))
+                            }
+                            .await;
+                            report.latencies.push(started.elapsed());
+                            match result {
+                                Ok((StatusCode::OK, body)) => {
+                                    let got: Value =
+                                        serde_json::from_slice(&body).unwrap_or_default();
+                                    if got != with_response_uid(&expected, &uid) {
+                                        report.failures.push(format!("{uid}: wrong answer {got}"));
+                                    }
+                                }
+                                Ok((status, body)) => report.failures.push(format!(
+                                    "{uid}: HTTP {status}: {}",
+                                    String::from_utf8_lossy(&body)
+                                )),
+                                Err(e) => report.failures.push(format!("{uid}: {e}")),
+                            }
+                        }
+                        report
+                    }));
+                }
+                let mut all = LegitReport::default();
+                for w in workers {
+                    let r = w.await.expect("worker");
+                    all.latencies.extend(r.latencies);
+                    all.failures.extend(r.failures);
+                }
+                all
+            })
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the well-behaved client is connected");
+        Legit { stop, thread }
+    }
+
+    fn finish(self) -> LegitReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("well-behaved client thread")
+    }
+}
+
+fn with_response_uid(answer: &Value, uid: &str) -> Value {
+    let mut a = answer.clone();
+    a["response"]["uid"] = uid.into();
+    a
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} not in /proc/{pid}/status"))
+}
+
+/// The value of one sample line (`name{labels}`) of the exposition, 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn dropped(metrics: &str, reason: &str) -> f64 {
+    sample(
+        metrics,
+        &format!("modelgate_connections_dropped_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+fn admission_error(metrics: &str, reason: &str) -> f64 {
+    sample(
+        metrics,
+        &format!("modelgate_admission_errors_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// What an attack gets to work with.
+#[derive(Clone)]
+struct Target {
+    addr: SocketAddr,
+    h1: Arc<rustls::ClientConfig>,
+    h2: Arc<rustls::ClientConfig>,
+}
+
+/// What the harness saw: the metrics exposition after the attack.
+struct Outcome {
+    metrics: String,
+}
+
+/// Starts `serve` with `args`, runs `attack` (which must end within [`ATTACK`] plus a margin)
+/// while the well-behaved client runs, and checks what every attack must leave intact.
+async fn under_attack<F, Fut>(name: &str, args: &[&str], attack: F) -> Outcome
+where
+    F: FnOnce(Target) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _one_at_a_time = SERIAL.lock().await;
+    let pki = TestPki::new();
+    let mut all_args = pki.tls_args();
+    all_args.extend(args.iter().map(|a| a.to_string()));
+    let server = ServerProcess::start(&all_args);
+    let ca = pki.ca.cert_pem().to_string();
+
+    // The answer before the attack is the reference for every answer during it.
+    let mut probe = connect(
+        server.webhook,
+        client_config(&ca, Proto::H2, None),
+        Proto::H2,
+    )
+    .await
+    .unwrap();
+    let review = with_uid(&llm_review(), "reference");
+    let answer = probe
+        .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    check_answer("/mutate", &review, &answer);
+    let expected = answer.json();
+    assert!(
+        expected["response"]["patch"].is_string(),
+        "the LLM pod is mutated: {expected}"
+    );
+    drop(probe);
+
+    let legit = Legit::start(server.webhook, ca.clone(), expected.clone());
+    let started = Instant::now();
+    let target = Target {
+        addr: server.webhook,
+        h1: client_config(&ca, Proto::H1, None),
+        h2: client_config(&ca, Proto::H2, None),
+    };
+    tokio::time::timeout(ATTACK + Duration::from_secs(20), attack(target))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the attack itself did not end"));
+    let attack_time = started.elapsed();
+    let legit = legit.finish();
+    let peak_rss_kib = status_kib(server.child.id(), "VmHWM:");
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+
+    println!(
+        "{name}: attack {attack_time:?}; well-behaved client: {} answers, {} failures, p99 {:?}; serve peak RSS {} MiB",
+        legit.latencies.len(),
+        legit.failures.len(),
+        legit.p99(),
+        peak_rss_kib / 1024
+    );
+    for line in metrics.lines().filter(|l| {
+        (l.starts_with("modelgate_connections_dropped_total")
+            || l.starts_with("modelgate_admission_requests_total")
+            || l.starts_with("modelgate_open_connections")
+            || l.starts_with("modelgate_admission_errors_total"))
+            && !l.starts_with('#')
+    }) {
+        println!("  {line}");
+    }
+    assert!(
+        legit.failures.is_empty(),
+        "{name}: the well-behaved client lost {} of {} answers, e.g. {:?}",
+        legit.failures.len(),
+        legit.latencies.len(),
+        &legit.failures[..legit.failures.len().min(3)]
+    );
+    assert!(
+        legit.latencies.len() >= 20,
+        "{name}: the well-behaved client got only {} answers",
+        legit.latencies.len()
+    );
+    assert!(
+        legit.p99() < MAX_P99,
+        "{name}: p99 {:?} of the well-behaved client",
+        legit.p99()
+    );
+    assert!(
+        peak_rss_kib < MAX_RSS_KIB,
+        "{name}: serve's peak RSS was {} MiB",
+        peak_rss_kib / 1024
+    );
+
+    // Ready afterwards, and a new connection is served (the attack's sockets are closed by now;
+    // give the server a moment to notice).
+    let (status, text) = server.probe_get("/readyz").await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{name}: /readyz: {text}");
+    let fresh = wait_for_service(server.webhook, &ca, &expected).await;
+    assert!(
+        fresh,
+        "{name}: no new connection was served after the attack"
+    );
+    Outcome { metrics }
+}
+
+async fn wait_for_service(addr: SocketAddr, ca: &str, expected: &Value) -> bool {
+    let review = with_uid(&llm_review(), "after");
+    let end = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < end {
+        if let Ok(mut conn) = connect(addr, client_config(ca, Proto::H1, None), Proto::H1).await
+            && let Ok(answer) = conn
+                .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+                .await
+            && answer.status == StatusCode::OK
+        {
+            assert_eq!(answer.json(), with_response_uid(expected, "after"));
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// Raises this process's open-files limit (10 000 client sockets); returns it.
+fn open_files() -> u64 {
+    modelgate::server::limits::raise_open_files_limit().expect("open-files limit")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The attacks
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_streams_are_bounded_by_connections_streams_and_the_body_progress_deadline() {
+    // 400 connections, each opening 100 streams whose promised body never comes (40 000
+    // streams). --max-connections keeps 128 of the connections, --max-concurrent-streams refuses
+    // all but 16 streams on each, and the body-progress deadline answers those 408 after 2 s.
+    let outcome = under_attack("stalled streams", &[], |t| async move {
+        let mut conns = Vec::new();
+        for _ in 0..400 {
+            let t = t.clone();
+            conns.push(tokio::spawn(async move {
+                let Ok(stream) = tls(&t, Proto::H2).await else {
+                    return None;
+                };
+                let (reader, mut writer) = tokio::io::split(stream);
+                drain(reader);
+                let mut out = frame::preface(&[]);
+                let block = frame::post_mutate(Some(6000));
+                for i in 0..100u32 {
+                    frame::frame(
+                        &mut out,
+                        frame::HEADERS,
+                        frame::END_HEADERS,
+                        1 + 2 * i,
+                        &block,
+                    );
+                }
+                writer.write_all(&out).await.ok()?;
+                Some(writer)
+            }));
+        }
+        let mut held = Vec::new();
+        for c in conns {
+            held.push(c.await.unwrap());
+        }
+        tokio::time::sleep(ATTACK).await;
+        drop(held);
+    })
+    .await;
+    assert!(
+        admission_error(&outcome.metrics, "body_stalled") >= 1000.0
+            && dropped(&outcome.metrics, "max_connections") >= 1.0,
+        "stalled bodies answered 408: {}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_connections_get_goaway_enhance_your_calm() {
+    let outcome = under_attack("rapid reset", &[], |t| async move {
+        let end = Instant::now() + ATTACK;
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let t = t.clone();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let Ok(stream) = tls(&t, Proto::H2).await else {
+                        continue;
+                    };
+                    let (reader, mut writer) = tokio::io::split(stream);
+                    drain(reader);
+                    let block = frame::post_mutate(None);
+                    let mut id = 1u32;
+                    let mut out = frame::preface(&[]);
+                    while Instant::now() < end {
+                        for _ in 0..500 {
+                            frame::frame(&mut out, frame::HEADERS, frame::END_HEADERS, id, &block);
+                            frame::frame(
+                                &mut out,
+                                frame::RST_STREAM,
+                                0,
+                                id,
+                                &frame::CANCEL.to_be_bytes(),
+                            );
+                            id += 2;
+                        }
+                        if writer.write_all(&out).await.is_err() {
+                            break;
+                        }
+                        out.clear();
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "h2_enhance_your_calm") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuation_floods_and_huge_header_blocks_are_cut_off() {
+    let outcome = under_attack("CONTINUATION flood and huge headers", &[], |t| async move {
+        let end = Instant::now() + ATTACK;
+        let mut tasks = Vec::new();
+        for kind in 0..4 {
+            let t = t.clone();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let Ok(stream) = tls(&t, Proto::H2).await else {
+                        continue;
+                    };
+                    let (reader, mut writer) = tokio::io::split(stream);
+                    drain(reader);
+                    let mut out = frame::preface(&[]);
+                    frame::frame(
+                        &mut out,
+                        frame::HEADERS,
+                        0,
+                        1,
+                        &frame::post_mutate(Some(10)),
+                    );
+                    // An endless header block: CONTINUATION frames that never end it, each
+                    // carrying distinct headers (so that the decoded list grows too).
+                    let mut n = 0u64;
+                    while Instant::now() < end {
+                        let mut block = Vec::new();
+                        while block.len() < 16_000 {
+                            n += 1;
+                            let value = if kind % 2 == 0 { 20 } else { 4000 };
+                            frame::literal(
+                                &mut block,
+                                format!("x-h{n}").as_bytes(),
+                                &vec![b'a'; value],
+                            );
+                        }
+                        frame::frame(&mut out, frame::CONTINUATION, 0, 1, &block);
+                        if writer.write_all(&out).await.is_err() {
+                            break;
+                        }
+                        out.clear();
+                    }
+                }
+            }));
+        }
+        // HTTP/1.1: an endless request head.
+        for _ in 0..2 {
+            let t = t.clone();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let Ok(mut stream) = tls(&t, Proto::H1).await else {
+                        continue;
+                    };
+                    let mut out = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n".to_vec();
+                    for i in 0..2000 {
+                        out.extend_from_slice(
+                            format!("x-h{i}: {}\r\n", "a".repeat(100)).as_bytes(),
+                        );
+                    }
+                    let _ = stream.write_all(&out).await;
+                    let mut sink = Vec::new();
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), stream.read_to_end(&mut sink))
+                            .await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "h2_enhance_your_calm")
+            + dropped(&outcome.metrics, "h2_compression_error")
+            >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+    assert!(
+        dropped(&outcome.metrics, "header_too_large") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_ping_and_window_update_floods_are_closed_by_the_idle_timeout() {
+    // h2 answers one SETTINGS and one PING at a time and reads no further frame until the
+    // answer is written, so a client that floods and never reads stops itself; what is left is a
+    // connection on which no request starts, which the idle timeout closes.
+    let outcome = under_attack(
+        "SETTINGS/PING/WINDOW_UPDATE floods",
+        &["--idle-timeout=1s"],
+        |t| async move {
+            let end = Instant::now() + ATTACK;
+            let mut tasks = Vec::new();
+            for kind in 0..3 {
+                let t = t.clone();
+                tasks.push(tokio::spawn(async move {
+                    while Instant::now() < end {
+                        let Ok(mut stream) = tls(&t, Proto::H2).await else {
+                            continue;
+                        };
+                        let mut out = frame::preface(&[]);
+                        while Instant::now() < end {
+                            for i in 0..1000u32 {
+                                match kind % 3 {
+                                    0 => frame::settings(
+                                        &mut out,
+                                        &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 65_535 + i % 2)],
+                                    ),
+                                    1 => frame::frame(
+                                        &mut out,
+                                        frame::PING,
+                                        0,
+                                        0,
+                                        &u64::from(i).to_be_bytes(),
+                                    ),
+                                    _ => frame::frame(
+                                        &mut out,
+                                        frame::WINDOW_UPDATE,
+                                        0,
+                                        0,
+                                        &1u32.to_be_bytes(),
+                                    ),
+                                }
+                            }
+                            // Never reads: the server's answers pile up in the socket buffers.
+                            match tokio::time::timeout(
+                                Duration::from_millis(500),
+                                stream.write_all(&out),
+                            )
+                            .await
+                            {
+                                Ok(Ok(())) => out.clear(),
+                                Ok(Err(_)) => break,
+                                Err(_) => {
+                                    // The server stopped reading; hold the connection.
+                                    tokio::time::sleep_until(end.into()).await;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        },
+    )
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "idle_timeout") + dropped(&outcome.metrics, "stalled") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_window_clients_that_never_read_are_closed() {
+    // The client's stream windows are 0: the answers' bodies can never be sent, so the streams
+    // stay open, up to --max-concurrent-streams per connection; no new request can start, so
+    // the idle timeout sends GOAWAY and, the streams still stuck, closes the connection.
+    let outcome = under_attack(
+        "zero-window stall",
+        &["--idle-timeout=1s"],
+        |t| async move {
+            // 100 small reviews fit in the connection's first flow-control window (64 KiB).
+            let body = serde_json::to_vec(&pod_review("zero-window")).unwrap();
+            let mut conns = Vec::new();
+            for _ in 0..100 {
+                let (t, body) = (t.clone(), body.clone());
+                conns.push(tokio::spawn(async move {
+                    let mut stream = tls(&t, Proto::H2).await.ok()?;
+                    let mut out = frame::preface(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+                    let block = frame::post_mutate(Some(body.len()));
+                    for i in 0..100u32 {
+                        frame::frame(
+                            &mut out,
+                            frame::HEADERS,
+                            frame::END_HEADERS,
+                            1 + 2 * i,
+                            &block,
+                        );
+                        frame::frame(&mut out, frame::DATA, frame::END_STREAM, 1 + 2 * i, &body);
+                    }
+                    stream.write_all(&out).await.ok()?;
+                    Some(stream)
+                }));
+            }
+            let mut held = Vec::new();
+            for c in conns {
+                held.push(c.await.unwrap());
+            }
+            tokio::time::sleep(ATTACK).await;
+            drop(held);
+        },
+    )
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "stalled") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_idle_connections_are_refused_beyond_max_connections() {
+    let limit = open_files();
+    // Client and server sockets of 10 000 connections live in two processes; keep a margin.
+    let wanted = 10_000usize.min(limit.saturating_sub(200) as usize);
+    if wanted < 10_000 {
+        println!("open-files hard limit {limit}: {wanted} idle connections instead of 10 000");
+    }
+    const WITH_TLS: usize = 1000;
+    let outcome = under_attack("10 000 idle connections", &[], |t| async move {
+        // 1 000 complete the TLS handshake and the h2 preface, then say nothing; the others
+        // open a TCP connection and say nothing at all.
+        let mut conns = Vec::new();
+        let gate = Arc::new(tokio::sync::Semaphore::new(64));
+        for _ in 0..WITH_TLS {
+            let (t, gate) = (t.clone(), gate.clone());
+            conns.push(tokio::spawn(async move {
+                let _turn = gate.acquire().await.unwrap();
+                let mut stream = tls(&t, Proto::H2).await.ok()?;
+                stream.write_all(&frame::preface(&[])).await.ok()?;
+                Some(Box::new(stream) as Box<dyn std::any::Any + Send>)
+            }));
+        }
+        let gate = Arc::new(tokio::sync::Semaphore::new(512));
+        for _ in WITH_TLS..wanted {
+            let (addr, gate) = (t.addr, gate.clone());
+            conns.push(tokio::spawn(async move {
+                let _turn = gate.acquire().await.unwrap();
+                let tcp = TcpStream::connect(addr).await.ok()?;
+                Some(Box::new(tcp) as Box<dyn std::any::Any + Send>)
+            }));
+        }
+        let mut held = Vec::new();
+        for c in conns {
+            held.push(c.await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(held);
+    })
+    .await;
+    // The server keeps at most --max-connections (128, the well-behaved client's among them)
+    // and refuses the others before any TLS work. Not every connect the client saw succeed
+    // reaches accept() (the kernel's accept queue overflows), hence "most".
+    assert!(
+        dropped(&outcome.metrics, "max_connections") >= (wanted / 2) as f64,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_pipelining_floods_that_never_read_are_closed() {
+    let outcome = under_attack("HTTP/1.1 pipelining flood", &["--idle-timeout=1s"], |t| async move {
+        let body = serde_json::to_vec(&with_uid(&llm_review(), "pipelined")).unwrap();
+        let mut request = format!(
+            "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(&body);
+        let batch: Vec<u8> = request.repeat(20);
+        let end = Instant::now() + ATTACK;
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (t, batch) = (t.clone(), batch.clone());
+            tasks.push(tokio::spawn(async move {
+                // A small receive buffer, so that the server's answers back up after kilobytes
+                // rather than megabytes.
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.set_recv_buffer_size(4096).unwrap();
+                let Ok(tcp) = socket.connect(t.addr).await else {
+                    return;
+                };
+                let Ok(mut stream) = tls_over(&t, Proto::H1, tcp).await else {
+                    return;
+                };
+                // Writes until the server stops reading, never reads the answers, and holds
+                // the connection to the end.
+                let _ = tokio::time::timeout_at(end.into(), async {
+                    while stream.write_all(&batch).await.is_ok() {}
+                })
+                .await;
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "stalled") + dropped(&outcome.metrics, "idle_timeout") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_handshake_floods_are_bounded_by_the_handshake_timeout_and_max_connections() {
+    // Full handshakes as fast as 4 clients can make them, and 600 half-open ones (a ClientHello,
+    // then silence) that hold their connection until the handshake timeout; beyond
+    // --max-connections (128) they are refused.
+    let outcome = under_attack(
+        "TLS handshake flood",
+        &["--header-read-timeout=1s"],
+        |t| async move {
+            let end = Instant::now() + ATTACK;
+            let mut tasks = Vec::new();
+            for _ in 0..4 {
+                let t = t.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0;
+                    while Instant::now() < end {
+                        if tls(&t, Proto::H2).await.is_ok() {
+                            n += 1;
+                        }
+                    }
+                    n
+                }));
+            }
+            let hello = {
+                let mut client =
+                    rustls::ClientConnection::new(t.h2.clone(), "localhost".try_into().unwrap())
+                        .unwrap();
+                let mut hello = Vec::new();
+                client.write_tls(&mut hello).unwrap();
+                hello
+            };
+            let mut opening = Vec::new();
+            for _ in 0..600 {
+                let (addr, hello) = (t.addr, hello.clone());
+                opening.push(tokio::spawn(async move {
+                    let mut tcp = TcpStream::connect(addr).await.ok()?;
+                    tcp.write_all(&hello).await.ok()?;
+                    Some(tcp)
+                }));
+            }
+            let mut half_open = Vec::new();
+            for o in opening {
+                half_open.extend(o.await.unwrap());
+            }
+            let mut full = 0;
+            for task in tasks {
+                full += task.await.unwrap();
+            }
+            println!("full handshakes: {full}; half-open: {}", half_open.len());
+            drop(half_open);
+        },
+    )
+    .await;
+    assert!(
+        dropped(&outcome.metrics, "tls_handshake_timeout") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+    assert!(
+        dropped(&outcome.metrics, "max_connections") >= 1.0,
+        "{}",
+        outcome.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_an_in_flight_slot_gets_429_with_a_status_body() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.extend([
+        "--max-requests-in-flight=1".to_string(),
+        "--body-progress-timeout=500ms".to_string(),
+    ]);
+    let server = ServerProcess::start(&args);
+    let ca = pki.ca.cert_pem().to_string();
+    let review = pod_review("slow");
+    let body = serde_json::to_vec(&review).unwrap();
+
+    // A slow request holds the one slot: its body comes a byte every 100 ms, which is progress.
+    let mut slow = connect(
+        server.webhook,
+        client_config(&ca, Proto::H2, None),
+        Proto::H2,
+    )
+    .await
+    .unwrap();
+    let (mut tx, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(2);
+    let req = slow
+        .request("POST", "/mutate?timeout=10s")
+        .header("content-type", "application/json")
+        .header("content-length", body.len().to_string())
+        .body(http_body_util::BodyExt::boxed(channel))
+        .unwrap();
+    let slow_answer = tokio::spawn(async move { slow.send(req).await });
+    let trickle = {
+        let body = body.clone();
+        tokio::spawn(async move {
+            let (head, rest) = body.split_at(body.len() - 20);
+            tx.send_data(bytes::Bytes::copy_from_slice(head))
+                .await
+                .unwrap();
+            for b in rest {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                tx.send_data(bytes::Bytes::copy_from_slice(&[*b]))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Another request waits for the slot for the progress timeout, then gets 429.
+    let mut other = connect(
+        server.webhook,
+        client_config(&ca, Proto::H1, None),
+        Proto::H1,
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let answer = other
+        .post_json(
+            "/mutate",
+            serde_json::to_vec(&pod_review("refused")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{answer:?}");
+    assert_eq!(answer.content_type, "application/json");
+    let status = answer.json();
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "TooManyRequests");
+    assert_eq!(status["code"], 429);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-requests-in-flight"),
+        "{status}"
+    );
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
+        "waited {waited:?}"
+    );
+
+    // The slow request is answered in full, and the slot is free again afterwards.
+    trickle.await.unwrap();
+    let answer = slow_answer.await.unwrap().unwrap();
+    check_answer("/mutate", &review, &answer);
+    let review = pod_review("after");
+    let answer = other
+        .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    check_answer("/mutate", &review, &answer);
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+    assert_eq!(
+        admission_error(&metrics, "too_many_requests"),
+        1.0,
+        "{metrics}"
+    );
+}

@@ -22,6 +22,9 @@ cargo test --locked
 step "install assets (tests/assets: helm, kustomize, kubernetes-validate, hadolint, promtool, Prometheus)"
 scripts/check-install-assets.sh
 
+step "review reads YAML as the pinned kubectl does (tests/yaml_as_kubectl.rs, kubectl required)"
+MODELGATE_REQUIRE_TOOLS=1 cargo test --locked --test yaml_as_kubectl
+
 if [[ -x scripts/audit.sh ]]; then
   step "cargo audit (offline, ../shared/advisory-db)"
   scripts/audit.sh

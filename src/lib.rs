@@ -11,6 +11,7 @@
 //! - [`cli`]: the `review`, `serve` and `certs` commands.
 
 pub mod admission;
+pub mod audit;
 pub mod cache;
 pub mod cli;
 pub mod config;

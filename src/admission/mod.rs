@@ -67,6 +67,11 @@ pub struct Decision {
     pub mode: Option<Mode>,
     /// What the policy did, when it was consulted (for `modelgate_policy_results_total`).
     pub result: Option<PolicyResult>,
+    /// What a patch changes, rule by rule (in `enforce`), for reports such as `audit`.
+    pub changes: Vec<policy::Change>,
+    /// What a denial names, in the order of its message, with each field's rule, so that
+    /// offline tools can count by rule and point at the fields in the user's file.
+    pub violations: Vec<policy::Violation>,
     /// The object's namespace and name (or generateName), for logs, once it is decoded.
     pub object_namespace: Option<String>,
     pub object_name: Option<String>,
@@ -85,6 +90,7 @@ impl Decision {
             allowed: false,
             message: Some(denial.to_string()),
             code: Some(403),
+            violations: denial.violations.clone(),
             ..Default::default()
         }
     }
@@ -377,10 +383,16 @@ impl DecodedObject {
                     } else {
                         path
                     };
+                    // The position is in the re-encoded object the API server sent, which
+                    // nobody can see; the field path says where the problem is.
+                    let inner = e.inner();
+                    let message = inner.to_string();
+                    let position = format!(" at line {} column {}", inner.line(), inner.column());
+                    let message = message.strip_suffix(&position).unwrap_or(&message);
                     Err(Denial::single(
                         Rule::Schema,
                         field,
-                        format!("cannot be decoded as a {kind}: {}", e.inner()),
+                        format!("cannot be decoded as a {kind}: {message}"),
                         DECODE_ADVICE,
                     ))
                 }

@@ -83,15 +83,22 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
     d.warnings.extend(ns.label_warning);
     match (ns.mode, verdict) {
         (Mode::Off, _) => return off(),
-        (Mode::Enforce, Ok(m)) => {
-            let (patch, warnings) = m.into_applied();
-            d.warnings.extend(warnings);
-            d.result = Some(if patch.is_empty() {
+        (Mode::Enforce, Ok(mut m)) => {
+            // The warnings move to the answer; the changes stay on the decision, for reports
+            // that count by rule (`audit`). Nothing is copied.
+            d.warnings.extend(
+                m.changes
+                    .iter_mut()
+                    .filter_map(|c| c.applied_warning.take()),
+            );
+            d.warnings.extend(m.notes);
+            d.result = Some(if m.patch.is_empty() {
                 PolicyResult::Unchanged
             } else {
                 PolicyResult::Patched
             });
-            d.patch = (!patch.is_empty()).then(|| patch.into_patch());
+            d.patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
+            d.changes = m.changes;
         }
         (Mode::Enforce, Err(denial)) => {
             d = Decision {

@@ -2,7 +2,9 @@
 //!
 //! Invalid flags end the program with exit code 2 and a one-line error, before anything runs.
 
+pub mod audit;
 pub mod certs;
+pub mod junit;
 pub mod review;
 pub mod serve;
 
@@ -32,6 +34,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the admission pipeline offline on manifests or AdmissionReviews (a dry run).
     Review(review::ReviewArgs),
+    /// Evaluate existing workloads (files or the cluster) as if created now in enforce mode:
+    /// counts per namespace and per rule, and each denial.
+    Audit(Box<audit::AuditArgs>),
     /// Serve the webhooks over TLS (`--dev`: with a generated certificate, for trying it out).
     Serve(Box<serve::ServeArgs>),
     /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
@@ -117,6 +122,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Review(args) => review::run(args),
+        Command::Audit(args) => audit::run(*args),
         Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(args),
     }

@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::{CacheFiles, EXIT_USAGE};
+use super::{CacheFiles, EXIT_USAGE, junit};
 use crate::admission::{self, Context, Decision, Request, Webhook};
 use crate::cache::cluster;
 use crate::config::PolicyConfig;
@@ -38,6 +38,11 @@ pub enum Output {
     Patched,
     /// One resulting object (JSON) per line.
     PatchedJson,
+    /// A unified diff of each object before and after the patch, as YAML (nothing for an
+    /// object that does not change).
+    Diff,
+    /// A JUnit XML report: one test case per object, a failure per denial.
+    Junit,
 }
 
 #[derive(Args, Debug)]
@@ -150,17 +155,26 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let mut requests = Vec::new();
     for doc in docs {
         let request = to_request(&doc, &args.namespace).with_context(|| doc.origin.clone())?;
-        requests.push((doc.origin, request));
+        requests.push((doc, request));
     }
     let mut all_allowed = true;
     let mut reader_gone = false;
-    for (origin, review_value) in requests {
-        let r = review_one(origin, review_value, args.webhook, &ctx)?;
+    let mut junit_cases = Vec::new();
+    for (doc, review_value) in requests {
+        let mut r = review_one(doc.origin.clone(), review_value, args.webhook, &ctx)?;
+        // The AdmissionReview answer stays the webhook's; the human outputs name the lines.
+        if args.output != Output::Review {
+            point_at_lines(&mut r.decision, &doc);
+        }
         all_allowed &= r.decision.allowed;
         if !r.decision.allowed {
             // On stderr in every output mode: `-o patch` prints `[]` and `-o patched` the
             // unchanged object for a denied one, which alone would read as "nothing to do".
             eprintln!("{}: {}: denied: {}", r.origin, who(&r), denial_message(&r));
+        }
+        if args.output == Output::Junit {
+            junit_cases.push(junit_case(&r));
+            continue;
         }
         if reader_gone {
             continue;
@@ -173,7 +187,57 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
             }
         }
     }
+    if args.output == Output::Junit {
+        let suite = junit::Suite {
+            name: "modelgate review".into(),
+            cases: junit_cases,
+        };
+        junit::write(out, "modelgate review", &[suite])?;
+    }
     Ok(all_allowed)
+}
+
+/// Puts, in a denial's message, the file and line before each field it names (the policy only
+/// knows paths inside the object): `pod.yaml:14: spec.containers[0].securityContext.runAsUser: …`.
+fn point_at_lines(decision: &mut Decision, doc: &Document) {
+    let Some(message) = decision.message.as_mut() else {
+        return;
+    };
+    let within = match doc.value.get("kind").and_then(Value::as_str) {
+        Some("AdmissionReview") => "request.object.",
+        _ if doc.value.get("uid").is_some() && doc.value.get("operation").is_some() => "object.",
+        _ => "",
+    };
+    for field in decision.violations.iter().map(|v| &v.field) {
+        let needle = format!("{field}: ");
+        // A whole field, not the end of a longer one (`spec.template.spec.…`).
+        let Some(at) = message
+            .match_indices(&needle)
+            .map(|(at, _)| at)
+            .find(|&at| at == 0 || message[..at].ends_with(' '))
+        else {
+            continue;
+        };
+        let path = format!("{within}{field}");
+        if let Some(place) = doc.locate(path.trim_end_matches('.')) {
+            message.insert_str(at, &format!("{place}: "));
+        }
+    }
+}
+
+fn junit_case(r: &Reviewed) -> junit::Case {
+    let s = r.request.summary(&r.decision);
+    let mut output = Vec::new();
+    if r.decision.patch_len() > 0 {
+        output.push(format!("{} patch operations", r.decision.patch_len()));
+    }
+    output.extend(r.decision.warnings.iter().map(|w| format!("warning: {w}")));
+    junit::Case {
+        classname: r.origin.clone(),
+        name: format!("{} {}/{}", s.kind, s.namespace, s.name),
+        failure: (!r.decision.allowed).then(|| r.decision.message.clone().unwrap_or_default()),
+        output: (!output.is_empty()).then(|| output.join("\n")),
+    }
 }
 
 /// Turns a document into an AdmissionReview: used as is when it is one, wrapped when it is a
@@ -325,6 +389,21 @@ fn merge_validation(decision: &mut Decision, validation: Decision) {
     }
 }
 
+/// The unified diff of an object before and after its patch, as YAML; empty when they are equal.
+pub fn unified_diff(origin: &str, before: &Value, after: &Value) -> anyhow::Result<String> {
+    if before == after {
+        return Ok(String::new());
+    }
+    let before = serde_saphyr::to_string(before)?;
+    let after = serde_saphyr::to_string(after)?;
+    let diff = similar::TextDiff::from_lines(&before, &after);
+    Ok(diff
+        .unified_diff()
+        .context_radius(3)
+        .header(origin, &format!("{origin} (patched)"))
+        .to_string())
+}
+
 fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Result<()> {
     match mode {
         Output::Summary => {
@@ -395,6 +474,24 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
             let obj = r.patched.clone().unwrap_or(Value::Null);
             writeln!(out, "{}", serde_json::to_string(&obj)?)?;
         }
+        Output::Diff => {
+            if !r.decision.allowed {
+                eprintln!(
+                    "{}: denied: {}",
+                    r.origin,
+                    r.decision.message.as_deref().unwrap_or("")
+                );
+                return Ok(());
+            }
+            let before: Value = match r.request.object.as_deref() {
+                Some(raw) => serde_json::from_str(raw.get())?,
+                None => Value::Null,
+            };
+            let after = r.patched.as_ref().unwrap_or(&before);
+            write!(out, "{}", unified_diff(&r.origin, &before, after)?)?;
+        }
+        // Written once, after every object.
+        Output::Junit => {}
     }
     Ok(())
 }

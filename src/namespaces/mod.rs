@@ -158,6 +158,16 @@ impl Namespaces {
         }
     }
 
+    /// The same namespaces with their mode labels forgotten: what `--default-mode` everywhere
+    /// sees (`audit` evaluates as `enforce`, whatever the namespaces say).
+    pub fn without_modes(&self) -> Namespaces {
+        let mut out = self.clone();
+        for labels in out.by_name.values_mut() {
+            labels.mode = None;
+        }
+        out
+    }
+
     /// Whether the namespace enforces Pod Security `restricted`, which refuses root containers.
     pub fn enforces_restricted(&self, namespace: &str) -> bool {
         self.by_name

@@ -13,6 +13,10 @@
 //! - Core `v1` Namespaces at `/api/v1/namespaces`, always installed. A request that asks for
 //!   metadata only (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`) gets
 //!   `PartialObjectMetadata` objects, as the real server answers it.
+//! - Workloads for `audit` (Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets,
+//!   ReplicaSets) at their real paths, list only, paged by `limit` and `continue`; a namespace
+//!   can be made forbidden (403, as RBAC answers), and continue tokens can be made to expire
+//!   (410). See [`Workloads`].
 //!
 //! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
 //! history, make lists fail, and count requests.
@@ -94,6 +98,7 @@ struct Inner {
     counts: HashMap<String, Counts>,
     /// Taken away ([`FakeApiServer::take_down`]): requests on connections still open get 503.
     down: bool,
+    workloads: Workloads,
 }
 
 #[derive(Clone)]
@@ -154,6 +159,7 @@ impl FakeApiServer {
             requests: 0,
             counts: HashMap::new(),
             down: false,
+            workloads: Workloads::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -418,6 +424,9 @@ async fn handle(
         return json_response(503, &status(503, "ServiceUnavailable", "taken down"));
     }
     inner.requests += 1;
+    if let Some(answer) = inner.workloads.answer(&method, &uri, &query) {
+        return answer;
+    }
     let parsed = parse_path(uri.path());
     let group_of_request = parsed.as_ref().map(|p| p.0);
     let not_found = |inner: &Inner| {
@@ -563,4 +572,185 @@ fn stream_response(rx: mpsc::UnboundedReceiver<Bytes>, timeout: Option<Duration>
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
         .unwrap()
+}
+
+/// The workload kinds `audit` lists: plural, API path prefix, apiVersion, kind.
+const WORKLOAD_RESOURCES: [(&str, &str, &str, &str); 7] = [
+    ("pods", "/api/v1", "v1", "Pod"),
+    ("jobs", "/apis/batch/v1", "batch/v1", "Job"),
+    ("cronjobs", "/apis/batch/v1", "batch/v1", "CronJob"),
+    ("deployments", "/apis/apps/v1", "apps/v1", "Deployment"),
+    ("statefulsets", "/apis/apps/v1", "apps/v1", "StatefulSet"),
+    ("daemonsets", "/apis/apps/v1", "apps/v1", "DaemonSet"),
+    ("replicasets", "/apis/apps/v1", "apps/v1", "ReplicaSet"),
+];
+
+/// One list call of a workload resource, as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadList {
+    pub plural: String,
+    pub namespace: Option<String>,
+    pub limit: Option<usize>,
+    pub continued: bool,
+}
+
+/// Workloads, served list-only with the paging of the real server: `limit` caps a page, and a
+/// `metadata.continue` token (opaque to clients) leads to the next one.
+#[derive(Default)]
+struct Workloads {
+    /// By plural, each list in (namespace, name) order.
+    objects: HashMap<&'static str, BTreeMap<Key, Value>>,
+    forbidden: std::collections::BTreeSet<String>,
+    expire_continue: bool,
+    lists: Vec<WorkloadList>,
+}
+
+impl Workloads {
+    fn answer(
+        &mut self,
+        method: &Method,
+        uri: &Uri,
+        query: &HashMap<String, String>,
+    ) -> Option<Response> {
+        let path = uri.path();
+        let (plural, prefix, api_version, kind) =
+            WORKLOAD_RESOURCES
+                .iter()
+                .copied()
+                .find(|(plural, prefix, _, _)| {
+                    path.strip_prefix(prefix).is_some_and(|rest| {
+                        rest == format!("/{plural}")
+                            || (rest.starts_with("/namespaces/")
+                                && rest.ends_with(&format!("/{plural}")))
+                    })
+                })?;
+        let rest = &path[prefix.len()..];
+        let namespace = rest
+            .strip_prefix("/namespaces/")
+            .and_then(|r| r.strip_suffix(&format!("/{plural}")))
+            .map(str::to_string);
+        if method != Method::GET || query.contains_key("watch") {
+            return Some(json_response(
+                405,
+                &status(405, "MethodNotAllowed", "list-only fake"),
+            ));
+        }
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|&l| l > 0);
+        let token = query.get("continue").filter(|c| !c.is_empty());
+        self.lists.push(WorkloadList {
+            plural: plural.to_string(),
+            namespace: namespace.clone(),
+            limit,
+            continued: token.is_some(),
+        });
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        match &namespace {
+            Some(ns) if self.forbidden.contains(ns) => {
+                let message = format!(
+                    "{plural} is forbidden: User \"fake\" cannot list resource \"{plural}\" in API group \"{group}\" in the namespace \"{ns}\""
+                );
+                return Some(json_response(403, &status(403, "Forbidden", &message)));
+            }
+            None if !self.forbidden.is_empty() => {
+                let message = format!(
+                    "{plural} is forbidden: User \"fake\" cannot list resource \"{plural}\" in API group \"{group}\" at the cluster scope"
+                );
+                return Some(json_response(403, &status(403, "Forbidden", &message)));
+            }
+            _ => {}
+        }
+        let start = match token {
+            None => 0,
+            Some(_) if self.expire_continue => {
+                let message = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
+                return Some(json_response(410, &status(410, "Expired", message)));
+            }
+            Some(t) => match t
+                .strip_prefix("offset-")
+                .and_then(|o| o.parse::<usize>().ok())
+            {
+                Some(o) => o,
+                None => {
+                    return Some(json_response(
+                        400,
+                        &status(400, "BadRequest", "bad continue token"),
+                    ));
+                }
+            },
+        };
+        let all: Vec<&Value> = self
+            .objects
+            .get(plural)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|o| {
+                namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace.as_deref()
+            })
+            .collect();
+        let end = limit.map_or(all.len(), |l| (start + l).min(all.len()));
+        let items: Vec<Value> = all[start.min(end)..end]
+            .iter()
+            .map(|o| {
+                // List items carry no apiVersion and kind; the list does.
+                let mut o = (*o).clone();
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
+        let mut metadata = json!({"resourceVersion": "1"});
+        if end < all.len() {
+            metadata["continue"] = json!(format!("offset-{end}"));
+            metadata["remainingItemCount"] = json!(all.len() - end);
+        }
+        Some(json_response(
+            200,
+            &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": metadata, "items": items}),
+        ))
+    }
+}
+
+impl FakeApiServer {
+    /// Adds a workload (`plural` one of pods, jobs, cronjobs, deployments, statefulsets,
+    /// daemonsets, replicasets); `apiVersion` and `kind` are filled in.
+    pub fn add_workload(&self, plural: &str, mut object: Value) {
+        let (plural, _, api_version, kind) = WORKLOAD_RESOURCES
+            .iter()
+            .copied()
+            .find(|r| r.0 == plural)
+            .unwrap_or_else(|| panic!("{plural}: not a workload resource"));
+        object["apiVersion"] = json!(api_version);
+        object["kind"] = json!(kind);
+        let key = key_of(&object);
+        self.lock()
+            .workloads
+            .objects
+            .entry(plural)
+            .or_default()
+            .insert(key, object);
+    }
+
+    /// Lists in `namespace` are refused with 403, and so are lists in all namespaces (the user
+    /// has no cluster-wide list permission).
+    pub fn forbid_namespace(&self, namespace: &str) {
+        self.lock()
+            .workloads
+            .forbidden
+            .insert(namespace.to_string());
+    }
+
+    /// Continue tokens are refused with 410 Expired (the list changed too long ago).
+    pub fn expire_continue_tokens(&self, on: bool) {
+        self.lock().workloads.expire_continue = on;
+    }
+
+    /// Every list call of a workload resource so far, in order.
+    pub fn workload_lists(&self) -> Vec<WorkloadList> {
+        self.lock().workloads.lists.clone()
+    }
 }

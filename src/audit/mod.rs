@@ -1,0 +1,601 @@
+//! `modelgate audit` (SPEC.md §10): existing workloads evaluated as if each were created now in
+//! `enforce` mode, and counted per namespace and per rule. This module is pure: objects in, a
+//! report out. The cluster listing is in [`cluster`], the command line in `cli::audit`.
+//!
+//! A Pod or a Job is evaluated as it is. A controller is evaluated through the object it
+//! creates: a Deployment, StatefulSet, DaemonSet or ReplicaSet as the Pod of its
+//! `spec.template`, a CronJob as the Job of its `spec.jobTemplate`; the fields its denials name
+//! are given back in the controller's own terms (`spec.template.spec.containers[0]…`). A
+//! ReplicaSet controlled by a Deployment and a Job controlled by a CronJob repeat their owner's
+//! template exactly, so only the owner is counted.
+
+pub mod cluster;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::admission::{self, ApiVersion, Context, Decision, Envelope, Request, Webhook};
+use crate::policy::Rule;
+
+/// The kinds `audit` evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum AuditedKind {
+    Pod,
+    Job,
+    CronJob,
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    ReplicaSet,
+}
+
+impl AuditedKind {
+    pub const ALL: [AuditedKind; 7] = [
+        AuditedKind::Pod,
+        AuditedKind::Job,
+        AuditedKind::CronJob,
+        AuditedKind::Deployment,
+        AuditedKind::StatefulSet,
+        AuditedKind::DaemonSet,
+        AuditedKind::ReplicaSet,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditedKind::Pod => "Pod",
+            AuditedKind::Job => "Job",
+            AuditedKind::CronJob => "CronJob",
+            AuditedKind::Deployment => "Deployment",
+            AuditedKind::StatefulSet => "StatefulSet",
+            AuditedKind::DaemonSet => "DaemonSet",
+            AuditedKind::ReplicaSet => "ReplicaSet",
+        }
+    }
+
+    /// API group and version as served today.
+    pub fn group_version(self) -> (&'static str, &'static str) {
+        match self {
+            AuditedKind::Pod => ("", "v1"),
+            AuditedKind::Job | AuditedKind::CronJob => ("batch", "v1"),
+            _ => ("apps", "v1"),
+        }
+    }
+
+    /// The resource name in API paths (`deployments`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            AuditedKind::Pod => "pods",
+            AuditedKind::Job => "jobs",
+            AuditedKind::CronJob => "cronjobs",
+            AuditedKind::Deployment => "deployments",
+            AuditedKind::StatefulSet => "statefulsets",
+            AuditedKind::DaemonSet => "daemonsets",
+            AuditedKind::ReplicaSet => "replicasets",
+        }
+    }
+
+    /// The kind of an object, by its `apiVersion`'s group and its `kind`.
+    pub fn of(api_version: &str, kind: &str) -> Option<AuditedKind> {
+        if api_version.is_empty() {
+            return None;
+        }
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        AuditedKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind && k.group_version().0 == group)
+    }
+
+    /// Where the fields of the evaluated Pod or Job are inside an object of this kind.
+    fn field_prefix(self) -> &'static str {
+        match self {
+            AuditedKind::Pod | AuditedKind::Job => "",
+            AuditedKind::CronJob => "spec.jobTemplate.",
+            _ => "spec.template.",
+        }
+    }
+}
+
+/// One object to evaluate: the Pod or Job that stands for it.
+#[derive(Debug)]
+pub struct Target {
+    pub kind: AuditedKind,
+    pub namespace: String,
+    pub name: String,
+    /// The Pod (or Job) admission would see.
+    pub object: Value,
+}
+
+/// What [`extract`] makes of one object.
+#[derive(Debug)]
+pub enum Extracted {
+    Target(Target),
+    /// A workload counted through its owner, which repeats its template (says which kind).
+    Owned(&'static str),
+    /// Not one of the audited kinds (a Service, a ConfigMap, …).
+    NotAWorkload,
+}
+
+/// The object (with `apiVersion` and `kind`) as the thing admission would see. `default_ns`
+/// names the namespace of an object that names none. An audited kind without what admission
+/// needs (its template) is an error saying what is missing.
+pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> {
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind_name = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    let Some(kind) = AuditedKind::of(api_version, kind_name) else {
+        return Ok(Extracted::NotAWorkload);
+    };
+    let controller = value
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller") == Some(&Value::Bool(true)))
+        })
+        .and_then(|r| r.get("kind"))
+        .and_then(Value::as_str);
+    match (kind, controller) {
+        (AuditedKind::ReplicaSet, Some("Deployment")) => {
+            return Ok(Extracted::Owned("ReplicaSet controlled by a Deployment"));
+        }
+        (AuditedKind::Job, Some("CronJob")) => {
+            return Ok(Extracted::Owned("Job controlled by a CronJob"));
+        }
+        _ => {}
+    }
+    let meta = |v: &Value, key: &str| {
+        v.pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let namespace = meta(&value, "namespace").unwrap_or_else(|| default_ns.to_string());
+    let name = meta(&value, "name")
+        .or_else(|| meta(&value, "generateName"))
+        .unwrap_or_default();
+    let object = match kind {
+        AuditedKind::Pod | AuditedKind::Job => value,
+        AuditedKind::CronJob => {
+            let template = take_template(&mut value, "jobTemplate")?;
+            from_template(template, "batch/v1", "Job", &namespace, &name)
+        }
+        _ => {
+            let template = take_template(&mut value, "template")?;
+            from_template(template, "v1", "Pod", &namespace, &name)
+        }
+    };
+    Ok(Extracted::Target(Target {
+        kind,
+        namespace,
+        name,
+        object,
+    }))
+}
+
+fn take_template(value: &mut Value, key: &str) -> Result<Map<String, Value>, String> {
+    match value
+        .get_mut("spec")
+        .and_then(|s| s.get_mut(key))
+        .map(Value::take)
+    {
+        Some(Value::Object(t)) => Ok(t),
+        Some(_) => Err(format!("spec.{key} is not an object")),
+        None => Err(format!("spec.{key} is missing")),
+    }
+}
+
+/// The object a controller creates from its template, in the controller's namespace.
+fn from_template(
+    mut template: Map<String, Value>,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    owner: &str,
+) -> Value {
+    let mut metadata = match template.remove("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    metadata.insert("namespace".into(), json!(namespace));
+    // Controllers name what they create after themselves; nothing may depend on the name.
+    metadata
+        .entry("generateName")
+        .or_insert_with(|| json!(format!("{owner}-")));
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": metadata,
+        "spec": template.remove("spec").unwrap_or(Value::Null),
+    })
+}
+
+/// What `enforce` would do with one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Patched,
+    Denied,
+    Unchanged,
+}
+
+/// The evaluation of one object.
+#[derive(Debug)]
+pub struct Evaluation {
+    pub outcome: Outcome,
+    /// The rules whose changes the patch makes (allowed objects) or whose violations the denial
+    /// names (denied objects), each once.
+    pub rules: Vec<Rule>,
+    /// `would …` phrases of the changes (allowed objects).
+    pub changes: Vec<String>,
+    /// The denial's message, in the original object's terms.
+    pub message: Option<String>,
+}
+
+/// Evaluates `target` as the API server would on its creation now, in `enforce` mode: the
+/// mutating webhook, its patch applied, then the validating webhook. `ctx` must say `enforce`
+/// for every namespace.
+pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
+    let (group, version) = match target.object.get("kind").and_then(Value::as_str) {
+        Some("Job") => ("batch", "v1"),
+        _ => ("", "v1"),
+    };
+    let request = |object: &Value| Request {
+        envelope: Envelope {
+            api_version: ApiVersion::V1,
+            uid: "modelgate-audit".into(),
+        },
+        group: group.into(),
+        version: version.into(),
+        kind: target
+            .object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("Pod")
+            .into(),
+        sub_resource: None,
+        namespace: target.namespace.clone(),
+        name: String::new(),
+        operation: "CREATE",
+        dry_run: true,
+        object: serde_json::value::to_raw_value(object).ok(),
+    };
+    let mutated = admission::decide(Webhook::Mutate, &request(&target.object), ctx);
+    if !mutated.allowed {
+        return denied(target.kind, mutated);
+    }
+    let validated = match &mutated.patch {
+        Some(patch) => {
+            let mut object = target.object.clone();
+            if let Err(e) = json_patch::patch(&mut object, &patch.0) {
+                // The patch is built against this very object; say so rather than guess.
+                return Evaluation {
+                    outcome: Outcome::Denied,
+                    rules: Vec::new(),
+                    changes: Vec::new(),
+                    message: Some(format!("the policy's patch does not apply: {e}")),
+                };
+            }
+            admission::decide(Webhook::Validate, &request(&object), ctx)
+        }
+        None => admission::decide(Webhook::Validate, &request(&target.object), ctx),
+    };
+    if !validated.allowed {
+        return denied(target.kind, validated);
+    }
+    let mut rules: Vec<Rule> = mutated.changes.iter().map(|c| c.rule).collect();
+    rules.sort();
+    rules.dedup();
+    let prefix = target.kind.field_prefix();
+    let changes = mutated
+        .changes
+        .iter()
+        .map(|c| {
+            // `would set spec.…` in the controller's own terms.
+            let would = c.would();
+            match would.split_once(" spec.") {
+                Some((verb, rest)) if !prefix.is_empty() => format!("{verb} {prefix}spec.{rest}"),
+                _ => would,
+            }
+        })
+        .collect();
+    Evaluation {
+        outcome: if mutated.patch.is_some() {
+            Outcome::Patched
+        } else {
+            Outcome::Unchanged
+        },
+        rules,
+        changes,
+        message: None,
+    }
+}
+
+fn denied(kind: AuditedKind, decision: Decision) -> Evaluation {
+    let mut rules: Vec<Rule> = decision.violations.iter().map(|v| v.rule).collect();
+    rules.sort();
+    rules.dedup();
+    let mut message = decision.message.unwrap_or_default();
+    let prefix = kind.field_prefix();
+    if !prefix.is_empty() {
+        for v in &decision.violations {
+            message = prefix_field(&message, &v.field, prefix);
+        }
+    }
+    Evaluation {
+        outcome: Outcome::Denied,
+        rules,
+        changes: Vec::new(),
+        message: Some(message),
+    }
+}
+
+/// `message` with the whole field `field` (at the start or after a space, followed by `: `)
+/// renamed to `prefix` + `field`.
+fn prefix_field(message: &str, field: &str, prefix: &str) -> String {
+    let needle = format!("{field}: ");
+    let at = message
+        .match_indices(&needle)
+        .map(|(at, _)| at)
+        .find(|&at| at == 0 || message[..at].ends_with(' '));
+    match at {
+        Some(at) => format!("{}{prefix}{}", &message[..at], &message[at..]),
+        None => message.to_string(),
+    }
+}
+
+/// Counts of one rule, or of all rules together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub patched: usize,
+    pub denied: usize,
+    pub unchanged: usize,
+}
+
+impl Counts {
+    fn add(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Patched => self.patched += 1,
+            Outcome::Denied => self.denied += 1,
+            Outcome::Unchanged => self.unchanged += 1,
+        }
+    }
+
+    pub fn objects(&self) -> usize {
+        self.patched + self.denied + self.unchanged
+    }
+}
+
+/// One namespace: its objects' outcomes, and by rule.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NamespaceReport {
+    pub objects: usize,
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// For each rule: objects it would patch, objects it would deny, objects it leaves as they
+    /// are.
+    pub rules: BTreeMap<&'static str, Counts>,
+}
+
+/// One denied object.
+#[derive(Clone, Debug, Serialize)]
+pub struct DenialEntry {
+    pub namespace: String,
+    pub kind: AuditedKind,
+    pub name: String,
+    /// Where it was read: `file#N` or `cluster`.
+    pub origin: String,
+    pub rules: Vec<&'static str>,
+    pub message: String,
+}
+
+/// One evaluated object, kept for the JUnit report.
+#[derive(Clone, Debug)]
+pub struct ObjectEntry {
+    pub namespace: String,
+    pub kind: AuditedKind,
+    pub name: String,
+    pub origin: String,
+    pub outcome: Outcome,
+    pub changes: Vec<String>,
+    pub message: Option<String>,
+}
+
+/// The whole audit.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// `files` or `cluster`.
+    pub source: String,
+    pub objects: usize,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub namespaces: BTreeMap<String, NamespaceReport>,
+    /// Every namespace together, by rule.
+    pub rules: BTreeMap<&'static str, Counts>,
+    pub denials: Vec<DenialEntry>,
+    /// Objects in namespaces exempt from the policy (`--exempt-namespace`), not evaluated.
+    pub exempt: BTreeMap<String, usize>,
+    /// Workloads counted through their owner, and other notes.
+    pub notes: Vec<String>,
+    /// Every object's result, only when a report needs them all (JUnit).
+    #[serde(skip)]
+    pub entries: Option<Vec<ObjectEntry>>,
+}
+
+impl Report {
+    pub fn new(source: &str, keep_entries: bool) -> Self {
+        Report {
+            source: source.into(),
+            entries: keep_entries.then(Vec::new),
+            ..Default::default()
+        }
+    }
+
+    /// Counts an exempt object.
+    pub fn add_exempt(&mut self, namespace: &str) {
+        *self.exempt.entry(namespace.to_string()).or_default() += 1;
+    }
+
+    /// Counts one evaluated object.
+    pub fn add(&mut self, target: &Target, origin: &str, e: Evaluation) {
+        self.objects += 1;
+        self.counts.add(e.outcome);
+        let ns = self.namespaces.entry(target.namespace.clone()).or_default();
+        ns.objects += 1;
+        ns.counts.add(e.outcome);
+        for rule in Rule::ALL {
+            let outcome = if e.rules.contains(&rule) {
+                e.outcome
+            } else {
+                Outcome::Unchanged
+            };
+            ns.rules.entry(rule.as_str()).or_default().add(outcome);
+            self.rules.entry(rule.as_str()).or_default().add(outcome);
+        }
+        if let Some(message) = &e.message {
+            self.denials.push(DenialEntry {
+                namespace: target.namespace.clone(),
+                kind: target.kind,
+                name: target.name.clone(),
+                origin: origin.to_string(),
+                rules: e.rules.iter().map(|r| r.as_str()).collect(),
+                message: message.clone(),
+            });
+        }
+        if let Some(entries) = self.entries.as_mut() {
+            entries.push(ObjectEntry {
+                namespace: target.namespace.clone(),
+                kind: target.kind,
+                name: target.name.clone(),
+                origin: origin.to_string(),
+                outcome: e.outcome,
+                changes: e.changes,
+                message: e.message,
+            });
+        }
+    }
+
+    /// Whether every evaluated object would be allowed.
+    pub fn all_allowed(&self) -> bool {
+        self.counts.denied == 0
+    }
+
+    /// The human report: a table per namespace, one per rule, then each denial.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let mut rows = vec![[
+            "NAMESPACE".to_string(),
+            "OBJECTS".into(),
+            "PATCHED".into(),
+            "DENIED".into(),
+            "UNCHANGED".into(),
+        ]];
+        for (name, ns) in &self.namespaces {
+            rows.push(count_row(name, ns.counts));
+        }
+        rows.push(count_row("(all)", self.counts));
+        out.push_str(&render(&rows));
+        out.push('\n');
+        let mut rows = vec![[
+            "RULE".to_string(),
+            "OBJECTS".into(),
+            "PATCHED".into(),
+            "DENIED".into(),
+            "UNCHANGED".into(),
+        ]];
+        for rule in Rule::ALL {
+            let counts = self.rules.get(rule.as_str()).copied().unwrap_or_default();
+            rows.push(count_row(
+                &format!("{} ({})", rule.as_str(), rule.section()),
+                counts,
+            ));
+        }
+        out.push_str(&render(&rows));
+        if !self.denials.is_empty() {
+            out.push_str(&format!("\nDENIED ({}):\n", self.denials.len()));
+            for d in &self.denials {
+                out.push_str(&format!(
+                    "{} {}/{} ({}): {}\n",
+                    d.kind.as_str(),
+                    d.namespace,
+                    d.name,
+                    d.origin,
+                    d.message
+                ));
+            }
+        }
+        if !self.exempt.is_empty() {
+            let list: Vec<String> = self
+                .exempt
+                .iter()
+                .map(|(ns, n)| format!("{ns} ({n})"))
+                .collect();
+            out.push_str(&format!(
+                "\nNot evaluated, exempt namespaces: {}\n",
+                list.join(", ")
+            ));
+        }
+        for note in &self.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        out
+    }
+
+    /// The JUnit report: a suite per namespace, a case per object, a failure per denial.
+    pub fn junit_suites(&self) -> Vec<crate::cli::junit::Suite> {
+        let mut suites: BTreeMap<&str, crate::cli::junit::Suite> = BTreeMap::new();
+        for e in self.entries.iter().flatten() {
+            let suite =
+                suites
+                    .entry(e.namespace.as_str())
+                    .or_insert_with(|| crate::cli::junit::Suite {
+                        name: e.namespace.clone(),
+                        cases: Vec::new(),
+                    });
+            suite.cases.push(crate::cli::junit::Case {
+                classname: e.origin.clone(),
+                name: format!("{} {}/{}", e.kind.as_str(), e.namespace, e.name),
+                failure: e.message.clone(),
+                output: (!e.changes.is_empty()).then(|| e.changes.join("\n")),
+            });
+        }
+        suites.into_values().collect()
+    }
+}
+
+fn count_row(label: &str, c: Counts) -> [String; 5] {
+    [
+        label.to_string(),
+        c.objects().to_string(),
+        c.patched.to_string(),
+        c.denied.to_string(),
+        c.unchanged.to_string(),
+    ]
+}
+
+/// Columns left-aligned, two spaces apart.
+fn render(rows: &[[String; 5]]) -> String {
+    let mut widths = [0; 5];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

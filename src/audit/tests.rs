@@ -1,0 +1,279 @@
+use serde_json::json;
+
+use super::*;
+use crate::config::PolicyConfig;
+use crate::namespaces::{NamespaceLabels, Namespaces};
+use crate::policy::Caches;
+
+fn target(value: Value) -> Target {
+    match extract(value, "default").unwrap() {
+        Extracted::Target(t) => t,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn with_ctx<T>(namespaces: &Namespaces, f: impl FnOnce(&Context) -> T) -> T {
+    let config = PolicyConfig::default().finalize();
+    let index = crate::cache::CacheIndex::new();
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+        namespaces,
+    };
+    f(&ctx)
+}
+
+fn root_container() -> Value {
+    json!({"name": "app", "image": "nginx", "securityContext": {"runAsUser": 0}})
+}
+
+#[test]
+fn controllers_are_evaluated_through_the_object_they_create() {
+    let d = target(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"replicas": 3, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "a", "image": "b"}]}}}
+    }));
+    assert_eq!(
+        (d.kind, d.namespace.as_str(), d.name.as_str()),
+        (AuditedKind::Deployment, "team-a", "web")
+    );
+    assert_eq!(
+        d.object,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"labels": {"app": "web"}, "namespace": "team-a", "generateName": "web-"},
+               "spec": {"containers": [{"name": "a", "image": "b"}]}})
+    );
+    let c = target(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}
+    }));
+    assert_eq!(c.namespace, "default");
+    assert_eq!(c.object["kind"], "Job");
+    assert_eq!(c.object["apiVersion"], "batch/v1");
+    assert_eq!(
+        c.object["spec"],
+        json!({"template": {"spec": {"containers": []}}})
+    );
+    for kind in ["StatefulSet", "DaemonSet", "ReplicaSet"] {
+        let t = target(
+            json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "x"},
+                              "spec": {"template": {"spec": {"containers": []}}}}),
+        );
+        assert_eq!(t.kind.as_str(), kind);
+        assert_eq!(t.object["kind"], "Pod");
+    }
+}
+
+#[test]
+fn owned_copies_and_other_kinds_are_not_evaluated_and_broken_templates_are_errors() {
+    let owned = |kind: &str, owner: &str, api: &str| {
+        extract(
+            json!({"apiVersion": api, "kind": kind, "metadata": {"name": "x", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "1"},
+                {"apiVersion": "v1", "kind": owner, "name": "o", "uid": "2", "controller": true}]},
+                   "spec": {"template": {"spec": {"containers": []}}}}),
+            "default",
+        )
+        .unwrap()
+    };
+    assert!(matches!(
+        owned("ReplicaSet", "Deployment", "apps/v1"),
+        Extracted::Owned(_)
+    ));
+    assert!(matches!(
+        owned("Job", "CronJob", "batch/v1"),
+        Extracted::Owned(_)
+    ));
+    // A Pod made by a ReplicaSet exists and runs: it is evaluated.
+    assert!(matches!(
+        owned("Pod", "ReplicaSet", "v1"),
+        Extracted::Target(_)
+    ));
+    // A ReplicaSet of its own is evaluated.
+    assert!(matches!(
+        owned("ReplicaSet", "Other", "apps/v1"),
+        Extracted::Target(_)
+    ));
+    for v in [
+        json!({"apiVersion": "v1", "kind": "Service"}),
+        json!({"apiVersion": "example.com/v1", "kind": "Deployment"}),
+        json!({"kind": "Pod"}),
+    ] {
+        assert!(matches!(extract(v, "d").unwrap(), Extracted::NotAWorkload));
+    }
+    let e = extract(
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}),
+        "d",
+    )
+    .unwrap_err();
+    assert_eq!(e, "spec.template is missing");
+    let e = extract(
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "spec": {"jobTemplate": 1}}),
+        "d",
+    )
+    .unwrap_err();
+    assert_eq!(e, "spec.jobTemplate is not an object");
+}
+
+#[test]
+fn evaluation_is_enforce_and_names_fields_in_the_controllers_terms() {
+    let none = Namespaces::default();
+    let deploy = target(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "a"},
+        "spec": {"template": {"spec": {"containers": [root_container()]}}}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&deploy, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    assert_eq!(e.rules, vec![Rule::NonRoot]);
+    let message = e.message.unwrap();
+    assert!(
+        message.starts_with(
+            "spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside"
+        ),
+        "{message}"
+    );
+
+    let pod = target(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+                            "spec": {"containers": [{"name": "a", "image": "b"}]}}),
+    );
+    let e = with_ctx(&none, |ctx| evaluate(&pod, ctx));
+    assert_eq!(e.outcome, Outcome::Patched);
+    assert_eq!(e.rules, vec![Rule::NonRoot]);
+    assert!(
+        e.changes
+            .contains(&"would set spec.securityContext.runAsNonRoot=true".to_string()),
+        "{:?}",
+        e.changes
+    );
+
+    // A namespace that says `off` is still evaluated as enforce once its mode is forgotten.
+    let mut labelled = Namespaces::default();
+    labelled.set(
+        "a",
+        Some(NamespaceLabels {
+            mode: Some("off".into()),
+            pod_security_enforce: None,
+        }),
+    );
+    let e = with_ctx(&labelled.without_modes(), |ctx| evaluate(&pod, ctx));
+    assert_eq!(e.outcome, Outcome::Patched);
+
+    let job = target(
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "n", "namespace": "a"},
+        "spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 5, "runAsGroup": 5},
+            "containers": [{"name": "a", "image": "b"}]}}}}}}),
+    );
+    let e = with_ctx(&none, |ctx| evaluate(&job, ctx));
+    assert_eq!(e.outcome, Outcome::Unchanged);
+    assert!(e.rules.is_empty() && e.changes.is_empty() && e.message.is_none());
+}
+
+#[test]
+fn a_schema_error_is_a_denial_of_the_schema_rule() {
+    let pod = target(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "a", "image": "b", "securityContext": {"runAsUser": "0"}}]}}),
+    );
+    let e = with_ctx(&Namespaces::default(), |ctx| evaluate(&pod, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    assert_eq!(e.rules, vec![Rule::Schema]);
+}
+
+#[test]
+fn report_counts_per_namespace_and_rule() {
+    let none = Namespaces::default();
+    let mut report = Report::new("files", true);
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1", "namespace": "a"},
+               "spec": {"containers": [{"name": "a", "image": "b"}]}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2", "namespace": "a"},
+               "spec": {"containers": [root_container()]}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p3", "namespace": "b"},
+               "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 5, "runAsGroup": 5},
+                        "containers": [{"name": "a", "image": "b"}]}}),
+    ];
+    with_ctx(&none, |ctx| {
+        for o in objects {
+            let t = target(o);
+            let e = evaluate(&t, ctx);
+            report.add(&t, "f.yaml", e);
+        }
+    });
+    assert_eq!(
+        report.counts,
+        Counts {
+            patched: 1,
+            denied: 1,
+            unchanged: 1
+        }
+    );
+    assert_eq!(
+        report.namespaces["a"].counts,
+        Counts {
+            patched: 1,
+            denied: 1,
+            unchanged: 0
+        }
+    );
+    assert_eq!(
+        report.namespaces["a"].rules["non-root"],
+        Counts {
+            patched: 1,
+            denied: 1,
+            unchanged: 0
+        }
+    );
+    assert_eq!(
+        report.namespaces["a"].rules["cache-prep"],
+        Counts {
+            patched: 0,
+            denied: 0,
+            unchanged: 2
+        }
+    );
+    assert_eq!(
+        report.rules["non-root"],
+        Counts {
+            patched: 1,
+            denied: 1,
+            unchanged: 1
+        }
+    );
+    assert_eq!(report.denials.len(), 1);
+    assert_eq!(report.denials[0].name, "p2");
+    assert_eq!(report.denials[0].rules, vec!["non-root"]);
+    assert!(!report.all_allowed());
+
+    let table = report.table();
+    assert!(
+        table.contains("a          2        1        1       0"),
+        "{table}"
+    );
+    assert!(
+        table.contains("(all)      3        1        1       1"),
+        "{table}"
+    );
+    assert!(
+        table.contains("non-root (§3)     3        1        1       1"),
+        "{table}"
+    );
+    assert!(
+        table.contains("Pod a/p2 (f.yaml): spec.containers[0].securityContext.runAsUser: 0"),
+        "{table}"
+    );
+
+    let suites = report.junit_suites();
+    assert_eq!(suites.len(), 2);
+    assert_eq!(suites[0].cases.len(), 2);
+    assert!(suites[0].cases.iter().any(|c| c.failure.is_some()));
+
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["namespaces"]["a"]["rules"]["non-root"]["denied"], 1);
+    assert_eq!(json["patched"], 1);
+    assert_eq!(json["denials"][0]["kind"], "Pod");
+}

@@ -1,0 +1,418 @@
+//! `modelgate audit`: "what would change if I enforce?", answered for the workloads that exist,
+//! from files or from the cluster (SPEC.md §10). Exit codes as `review`: 0 every object would
+//! be allowed, 1 at least one would be denied, 2 bad input, flags, or a cluster that could not
+//! be read completely.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+use super::{CacheFiles, EXIT_USAGE, LoadedFiles, junit};
+use crate::admission::Context;
+use crate::audit::{self, Extracted, Report, cluster};
+use crate::cache::cluster as cache_cluster;
+use crate::config::PolicyConfig;
+use crate::documents::for_each_document;
+use crate::namespaces::{Mode, NamespaceLabels, Namespaces, is_namespace};
+use crate::policy::Caches;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AuditOutput {
+    /// Counts per namespace and per rule, then each denial.
+    Table,
+    /// The whole report as one JSON object.
+    Json,
+    /// A JUnit XML report: a suite per namespace, a case per object, a failure per denial.
+    Junit,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Exit codes:\n  0  no object would be denied\n  1  at least one object would be denied\n  \
+2  bad input or flags, or a cluster that could not be read completely (no report is written)"
+)]
+pub struct AuditArgs {
+    /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
+    /// stdin; a directory's .yaml, .yml and .json files). Pods,
+    /// Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and ReplicaSets are evaluated;
+    /// Namespaces give their Pod Security labels; other objects are skipped.
+    #[arg(value_name = "FILE|-")]
+    pub inputs: Vec<PathBuf>,
+
+    /// Audit the cluster of the current kubeconfig context instead (list calls only).
+    #[arg(long, env = "MODELGATE_FROM_CLUSTER")]
+    pub from_cluster: bool,
+
+    /// Only these namespaces (repeatable; default: all). With --from-cluster, each is listed
+    /// on its own, so that list permission in these namespaces is enough.
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        value_name = "NS",
+        env = "MODELGATE_AUDIT_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+
+    /// Objects per list call with --from-cluster (the API server's `limit`).
+    #[arg(long, default_value_t = 500, env = "MODELGATE_PAGE_SIZE",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub page_size: u32,
+
+    #[command(flatten)]
+    pub caches: CacheFiles,
+
+    #[arg(long, short = 'o', value_enum, default_value_t = AuditOutput::Table)]
+    pub output: AuditOutput,
+
+    #[command(flatten)]
+    pub policy: PolicyConfig,
+}
+
+pub fn run(args: AuditArgs) -> ExitCode {
+    match execute(args, &mut std::io::stdout().lock()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Audits, writes the report. `Ok(true)` when every object would be allowed.
+pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
+    if args.from_cluster && !args.inputs.is_empty() {
+        bail!("give files to audit or --from-cluster, not both");
+    }
+    let mut config = args.policy.clone().finalize();
+    // "What would change if I enforce?": enforce everywhere, whatever the namespaces' labels.
+    config.default_mode = Mode::Enforce;
+    let LoadedFiles {
+        index,
+        namespaces,
+        skipped,
+    } = args.caches.load()?;
+    if !skipped.is_empty() {
+        eprintln!(
+            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
+    let keep_entries = args.output == AuditOutput::Junit;
+    let mut progress = Progress::new();
+    let report = if args.from_cluster {
+        audit_cluster(
+            &args,
+            &config,
+            index,
+            namespaces,
+            keep_entries,
+            &mut progress,
+        )?
+    } else {
+        audit_files(
+            &args,
+            &config,
+            index,
+            namespaces,
+            keep_entries,
+            &mut progress,
+        )?
+    };
+    progress.finish();
+    match args.output {
+        AuditOutput::Table => out.write_all(report.table().as_bytes())?,
+        AuditOutput::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        AuditOutput::Junit => junit::write(out, "modelgate audit", &report.junit_suites())?,
+    }
+    out.flush()?;
+    Ok(report.all_allowed())
+}
+
+/// Counts what is not evaluated, for one note each at the end.
+#[derive(Default)]
+struct Skipped {
+    owned: BTreeMap<&'static str, usize>,
+    other_kinds: BTreeMap<String, usize>,
+}
+
+impl Skipped {
+    fn notes(self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .owned
+            .into_iter()
+            .map(|(what, n)| format!("{what}: {n}, counted through the owner's template"))
+            .collect();
+        if !self.other_kinds.is_empty() {
+            let kinds: Vec<String> = self
+                .other_kinds
+                .iter()
+                .map(|(k, n)| format!("{k} ({n})"))
+                .collect();
+            notes.push(format!("not workloads, skipped: {}", kinds.join(", ")));
+        }
+        notes
+    }
+}
+
+/// Everything one object needs to be counted.
+struct Auditor<'a> {
+    ctx: Context<'a>,
+    config: &'a PolicyConfig,
+    only: &'a [String],
+    report: Report,
+    skipped: Skipped,
+}
+
+impl Auditor<'_> {
+    fn audit(&mut self, value: Value, origin: &str) -> Result<(), String> {
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("(no kind)")
+            .to_string();
+        match audit::extract(value, "default")? {
+            Extracted::Target(t) => {
+                if !self.only.is_empty() && !self.only.contains(&t.namespace) {
+                    return Ok(());
+                }
+                if self.config.is_exempt(&t.namespace) {
+                    self.report.add_exempt(&t.namespace);
+                    return Ok(());
+                }
+                let e = audit::evaluate(&t, &self.ctx);
+                self.report.add(&t, origin, e);
+            }
+            Extracted::Owned(why) => *self.skipped.owned.entry(why).or_default() += 1,
+            Extracted::NotAWorkload => *self.skipped.other_kinds.entry(kind).or_default() += 1,
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Report {
+        self.report.notes.extend(self.skipped.notes());
+        self.report
+    }
+}
+
+fn audit_files(
+    args: &AuditArgs,
+    config: &PolicyConfig,
+    index: crate::cache::CacheIndex,
+    mut namespaces: Namespaces,
+    keep_entries: bool,
+    progress: &mut Progress,
+) -> anyhow::Result<Report> {
+    let inputs = if args.inputs.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.inputs.clone()
+    };
+    let mut texts = Vec::new();
+    for path in expand_directories(&inputs)? {
+        let (origin, text) = if path.as_os_str() == "-" {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("stdin: cannot read")?;
+            ("stdin".to_string(), s)
+        } else {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            (path.display().to_string(), text)
+        };
+        texts.push((origin, text));
+    }
+    // First the Namespaces (their Pod Security labels decide the prep), wherever they are in
+    // the stream: only documents that mention `Namespace` are parsed for that.
+    let mut namespace_docs = Vec::new();
+    for (origin, text) in &texts {
+        for_each_document(origin, text, Some("Namespace"), |d| {
+            if is_namespace(&d.value) {
+                namespace_docs.push(d);
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+    }
+    namespaces.insert_documents(&namespace_docs)?;
+    let namespaces = namespaces.without_modes();
+    let mut auditor = Auditor {
+        ctx: Context {
+            config,
+            caches: Caches::Ready(&index),
+            namespaces: &namespaces,
+        },
+        config,
+        only: &args.namespaces,
+        report: Report::new("files", keep_entries),
+        skipped: Skipped::default(),
+    };
+    // Then every object, evaluated as soon as its document is read and dropped after.
+    let mut seen = 0;
+    for (origin, text) in &texts {
+        for_each_document(origin, text, None, |doc| {
+            seen += 1;
+            progress.show(&format!("evaluated {seen} objects"));
+            auditor
+                .audit(doc.value, &doc.origin)
+                .map_err(|why| anyhow::anyhow!("{}: {why}", doc.origin))
+        })?;
+    }
+    Ok(auditor.finish())
+}
+
+/// A directory stands for its `.yaml`, `.yml` and `.json` files, in name order, as
+/// `kubectl apply -f DIR` reads them (not recursively).
+fn expand_directories(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for path in inputs {
+        if !path.is_dir() {
+            out.push(path.clone());
+            continue;
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("{}: cannot read the directory", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && p.extension()
+                        .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+            })
+            .collect();
+        files.sort();
+        out.extend(files);
+    }
+    Ok(out)
+}
+
+fn audit_cluster(
+    args: &AuditArgs,
+    config: &PolicyConfig,
+    index: crate::cache::CacheIndex,
+    mut namespaces: Namespaces,
+    keep_entries: bool,
+    progress: &mut Progress,
+) -> anyhow::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(cluster::ListError::Runtime)?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(cluster::ListError::Client)?;
+        let mut notes = Vec::new();
+        // The model caches, as `serve` would see them, so that routing is judged as enforce's.
+        let listed = cache_cluster::list_once(client.clone(), &index).await?;
+        notes.extend(listed.notes.iter().map(|n| format!("caches: {n}")));
+        match cluster::list_namespaces(&client, args.page_size).await {
+            Ok(list) => {
+                for ns in list {
+                    let name = ns.pointer("/metadata/name").and_then(Value::as_str);
+                    let labels: BTreeMap<String, String> = ns
+                        .pointer("/metadata/labels")
+                        .and_then(|l| serde_json::from_value(l.clone()).ok())
+                        .unwrap_or_default();
+                    if let Some(name) = name {
+                        namespaces.set(name, NamespaceLabels::from_labels(&labels));
+                    }
+                }
+            }
+            Err(reason) => notes.push(format!(
+                "cannot list namespaces ({reason}): their Pod Security labels are unknown, so \
+                 no namespace is treated as restricted"
+            )),
+        }
+        let namespaces = namespaces.without_modes();
+        let mut auditor = Auditor {
+            ctx: Context {
+                config,
+                caches: Caches::Ready(&listed.index),
+                namespaces: &namespaces,
+            },
+            config,
+            only: &args.namespaces,
+            report: Report::new("cluster", keep_entries),
+            skipped: Skipped::default(),
+        };
+        let mut failed = None;
+        cluster::list_workloads(
+            &client,
+            &args.namespaces,
+            args.page_size,
+            |kind, objects| {
+                for object in objects {
+                    let name = object
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    if let Err(why) = auditor.audit(object, "cluster") {
+                        failed.get_or_insert(format!("{} {name}: {why}", kind.as_str()));
+                    }
+                }
+                progress.show(&format!(
+                    "evaluated {} objects (listing {})",
+                    auditor.report.objects,
+                    kind.plural()
+                ));
+            },
+        )
+        .await?;
+        if let Some(why) = failed {
+            bail!("{why}");
+        }
+        let mut report = auditor.finish();
+        report.notes.extend(notes);
+        Ok(report)
+    })
+}
+
+/// A progress line on stderr, only when stderr is a terminal (never in a pipe or a CI log),
+/// redrawn at most ten times a second and erased at the end.
+struct Progress {
+    enabled: bool,
+    last: Option<Instant>,
+    shown: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            enabled: std::io::stderr().is_terminal(),
+            last: None,
+            shown: false,
+        }
+    }
+
+    fn show(&mut self, line: &str) {
+        if !self.enabled
+            || self
+                .last
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        self.shown = true;
+        eprint!("\r\x1b[Kaudit: {line}");
+    }
+
+    fn finish(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}

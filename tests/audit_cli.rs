@@ -1,0 +1,478 @@
+//! `modelgate audit` end to end: the real binary on files, and against the fake API server
+//! (tests/support/fake_apiserver.rs) with paged lists, a forbidden namespace and expired
+//! continue tokens. Exit codes as `review`: 0 all allowed, 1 any denied, 2 bad input or a
+//! cluster that could not be read completely (and then nothing on stdout).
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::fake_apiserver::{FakeApiServer, NAMESPACES, WorkloadList};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn command(args: &[&str], kubeconfig: Option<&Path>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
+    cmd.arg("audit").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" || k == "KUBERNETES_SERVICE_HOST" {
+            cmd.env_remove(k);
+        }
+    }
+    match kubeconfig {
+        Some(path) => cmd.env("KUBECONFIG", path),
+        None => cmd.env("KUBECONFIG", "/nonexistent"),
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn finish(out: std::process::Output) -> Run {
+    Run {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn audit(args: &[&str]) -> Run {
+    finish(command(args, None).output().unwrap())
+}
+
+/// Runs `audit` against the fake API server without blocking its runtime.
+async fn audit_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut all = vec!["--from-cluster"];
+    all.extend_from_slice(args);
+    let mut cmd = command(&all, Some(&kubeconfig));
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    finish(out)
+}
+
+fn assert_exit(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+#[test]
+fn files_are_counted_per_namespace_and_rule_with_each_denial() {
+    let run = audit(&[&fixture("audit-workloads.yaml")]);
+    assert_exit(&run, 1);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines[0], "NAMESPACE  OBJECTS  PATCHED  DENIED  UNCHANGED");
+    for row in [
+        "locked     1        1        0       0",
+        "team-a     2        0        1       1",
+        "team-b     4        3        0       1",
+        "(all)      7        4        1       2",
+        "non-root (§3)     7        3        1       3",
+        "cache-prep (§4)   7        2        0       5",
+        "model-cache (§5)  7        1        0       6",
+        "schema (§6)       7        0        0       7",
+        "Not evaluated, exempt namespaces: kube-system (1)",
+        "note: ReplicaSet controlled by a Deployment: 1, counted through the owner's template",
+        "note: not workloads, skipped: Namespace (1), Service (1)",
+    ] {
+        assert!(lines.contains(&row), "{row:?} in\n{}", run.stdout);
+    }
+    let denial = lines
+        .iter()
+        .find(|l| l.starts_with("Deployment team-a/web ("))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(
+        denial.contains(
+            "audit-workloads.yaml#2): spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside 1..2147483647"
+        ),
+        "{denial}"
+    );
+    // Not a terminal: no progress line.
+    assert_eq!(run.stderr, "");
+}
+
+#[test]
+fn json_and_junit_reports() {
+    let run = audit(&["-o", "json", &fixture("audit-workloads.yaml")]);
+    assert_exit(&run, 1);
+    let report = json(&run);
+    assert_eq!(report["source"], "files");
+    assert_eq!(
+        (
+            &report["objects"],
+            &report["patched"],
+            &report["denied"],
+            &report["unchanged"]
+        ),
+        (&json!(7), &json!(4), &json!(1), &json!(2))
+    );
+    assert_eq!(
+        report["namespaces"]["team-b"]["rules"]["cache-prep"],
+        json!({"patched": 1, "denied": 0, "unchanged": 3})
+    );
+    assert_eq!(report["denials"][0]["kind"], "Deployment");
+    assert_eq!(report["denials"][0]["rules"], json!(["non-root"]));
+    assert_eq!(report["exempt"], json!({"kube-system": 1}));
+
+    let run = audit(&["-o", "junit", &fixture("audit-workloads.yaml")]);
+    assert_exit(&run, 1);
+    let xml = &run.stdout;
+    assert!(
+        xml.contains(r#"<testsuites name="modelgate audit" tests="7" failures="1" errors="0">"#),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(r#"<testsuite name="team-a" tests="2" failures="1""#),
+        "{xml}"
+    );
+    // Pod Security restricted: no root prep for the CronJob, which is still patched (§9).
+    let cron = xml
+        .split("<testcase")
+        .find(|c| c.contains("CronJob locked/nightly"))
+        .unwrap();
+    assert!(!cron.contains("model-cache-prep"), "{cron}");
+    assert!(
+        cron.contains(
+            "would set spec.jobTemplate.spec.template.spec.securityContext.runAsUser=101"
+        ),
+        "{cron}"
+    );
+    let agent = xml
+        .split("<testcase")
+        .find(|c| c.contains("DaemonSet team-b/agent"))
+        .unwrap();
+    assert!(agent.contains("would inject model-cache-prep"), "{agent}");
+}
+
+#[test]
+fn all_allowed_exits_0_and_bad_input_exits_2_without_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a}\nspec:\n  securityContext: {runAsNonRoot: yes, runAsUser: 0o1750, runAsGroup: 1000}\n  containers: [{name: a, image: b}]\n",
+    )
+    .unwrap();
+    let run = audit(&[good.to_str().unwrap()]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("(all)      1        0        0       1"),
+        "{}",
+        run.stdout
+    );
+
+    // A directory stands for its YAML and JSON files.
+    std::fs::write(dir.path().join("notes.txt"), "not: [yaml").unwrap();
+    std::fs::write(
+        dir.path().join("more.json"),
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "a"}, "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 7, "runAsGroup": 7}, "containers": []}}"#,
+    )
+    .unwrap();
+    let run = audit(&[dir.path().to_str().unwrap()]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("(all)      2        0        0       2"),
+        "{}",
+        run.stdout
+    );
+
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 1}\n",
+    )
+    .unwrap();
+    let run = audit(&[broken.to_str().unwrap()]);
+    assert_exit(&run, 2);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("broken.yaml#2: spec.template is missing"),
+        "{}",
+        run.stderr
+    );
+
+    let yaml_error = dir.path().join("bad.yaml");
+    std::fs::write(&yaml_error, "kind: Pod\nmetadata: [\n").unwrap();
+    let run = audit(&[yaml_error.to_str().unwrap()]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("bad.yaml#1: not valid YAML: line 2"),
+        "{}",
+        run.stderr
+    );
+
+    let run = audit(&["--from-cluster", good.to_str().unwrap()]);
+    assert_exit(&run, 2);
+    assert!(run.stderr.contains("not both"), "{}", run.stderr);
+
+    let run = audit(&["--page-size", "0", good.to_str().unwrap()]);
+    assert_exit(&run, 2);
+
+    let run = audit(&["--help"]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("Exit codes:\n  0  no object would be denied"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// The fixture's workloads, in the cluster (Namespaces included), with more pods so that lists
+/// take several pages.
+fn populate(api: &FakeApiServer) {
+    let text = std::fs::read_to_string(fixture("audit-workloads.yaml")).unwrap();
+    let docs = modelgate::documents::read_documents("fixture", &text).unwrap();
+    for d in docs {
+        let kind = d.value["kind"].as_str().unwrap().to_string();
+        match kind.as_str() {
+            "Namespace" => {
+                api.apply(NAMESPACES, d.value);
+            }
+            "Service" => {}
+            _ => api.add_workload(&format!("{}s", kind.to_lowercase()), d.value),
+        }
+    }
+    for i in 0..5 {
+        api.add_workload(
+            "pods",
+            json!({"metadata": {"name": format!("extra-{i}"), "namespace": "team-c"},
+                   "spec": {"containers": [{"name": "a", "image": "b"}]}}),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_is_read_in_pages_and_counted_as_the_same_objects_in_files() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    let run = audit_cluster(&api, &["--page-size", "2", "-o", "json"]).await;
+    assert_exit(&run, 1);
+    let report = json(&run);
+    assert_eq!(report["source"], "cluster");
+    // The fixture's 7 (the controlled ReplicaSet through its Deployment) and 5 more pods.
+    assert_eq!(report["objects"], 12, "{report:#}");
+    assert_eq!(report["namespaces"]["team-c"]["patched"], 5);
+    assert_eq!(report["denied"], 1);
+    assert_eq!(report["exempt"], json!({"kube-system": 1}));
+    // Same objects, same answers as from files (the extra pods aside).
+    let files = json(&audit(&["-o", "json", &fixture("audit-workloads.yaml")]));
+    for ns in ["locked", "team-a", "team-b"] {
+        assert_eq!(report["namespaces"][ns], files["namespaces"][ns], "{ns}");
+    }
+    // Pod Security labels came from the cluster's Namespaces: no root prep in `locked`.
+    let junit = audit_cluster(&api, &["--page-size", "2", "-o", "junit"]).await;
+    let cron = junit
+        .stdout
+        .split("<testcase")
+        .find(|c| c.contains("CronJob locked/nightly"))
+        .unwrap();
+    assert!(!cron.contains("model-cache-prep"), "{cron}");
+
+    // 8 pods in pages of 2: four calls, the last three continuing; every call says its limit.
+    let pods: Vec<WorkloadList> = api
+        .workload_lists()
+        .into_iter()
+        .filter(|l| l.plural == "pods")
+        .take(4)
+        .collect();
+    assert_eq!(pods.len(), 4, "{pods:?}");
+    assert!(
+        pods.iter()
+            .all(|l| l.limit == Some(2) && l.namespace.is_none()),
+        "{pods:?}"
+    );
+    assert_eq!(
+        pods.iter().map(|l| l.continued).collect::<Vec<_>>(),
+        [false, true, true, true]
+    );
+    let kinds: std::collections::BTreeSet<String> =
+        api.workload_lists().into_iter().map(|l| l.plural).collect();
+    assert_eq!(kinds.len(), 7, "{kinds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_namespace_is_named_and_no_partial_report_is_written() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.forbid_namespace("team-b");
+
+    // The namespaces the user can read are audited completely.
+    let run = audit_cluster(
+        &api,
+        &[
+            "-n",
+            "team-a",
+            "-n",
+            "team-c",
+            "--page-size",
+            "2",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_exit(&run, 1);
+    let report = json(&run);
+    assert_eq!(report["objects"], 7);
+    assert_eq!(
+        report["namespaces"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["team-a", "team-c"]
+    );
+    assert!(
+        api.workload_lists().iter().all(|l| l.namespace.is_some()),
+        "each namespace is listed on its own"
+    );
+
+    // One of them forbidden: the error names it, and stdout stays empty.
+    let run = audit_cluster(&api, &["-n", "team-a", "-n", "team-b", "--page-size", "2"]).await;
+    assert_exit(&run, 2);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("cannot list pods in namespace team-b: Forbidden (403): pods is forbidden"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("no report is written"),
+        "{}",
+        run.stderr
+    );
+
+    // All namespaces without cluster-wide permission: the error says to name namespaces.
+    let run = audit_cluster(&api, &[]).await;
+    assert_exit(&run, 2);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("cannot list pods in all namespaces: Forbidden (403)")
+            && run.stderr.contains("--namespace NS"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_continue_token_ends_the_audit_with_a_clear_error() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.expire_continue_tokens(true);
+    let run = audit_cluster(&api, &["--page-size", "3"]).await;
+    assert_exit(&run, 2);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("cannot list pods in all namespaces: Expired (410)")
+            && run.stderr.contains("run the audit again"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Kyverno's `require-run-as-non-root-user` resources (../shared/corpus): the same six bad
+/// security contexts as Pods, Deployments and CronJobs. The controllers are denied exactly where
+/// their pods are, with the field named in their own terms; the good ones are patched.
+#[test]
+fn controllers_in_the_kyverno_corpus_are_denied_where_their_pods_are() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/kyverno/require-run-as-non-root-user/resource.yaml");
+    if !file.is_file() {
+        println!("corpus not found at {}, skipping", file.display());
+        return;
+    }
+    let run = audit(&["-o", "json", file.to_str().unwrap()]);
+    assert_exit(&run, 1);
+    let report = json(&run);
+    assert_eq!(
+        (&report["objects"], &report["denied"], &report["patched"]),
+        (&json!(48), &json!(18), &json!(30))
+    );
+    let denials = report["denials"].as_array().unwrap();
+    let message = |kind: &str, name: &str| {
+        denials
+            .iter()
+            .find(|d| d["kind"] == kind && d["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} denied: {denials:#?}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for i in 1..=6 {
+        let pod = message("Pod", &format!("badpod0{i}"));
+        assert!(pod.starts_with("spec."), "{pod}");
+        assert_eq!(
+            message("Deployment", &format!("baddeployment0{i}")),
+            format!("spec.template.{pod}")
+        );
+        assert_eq!(
+            message("CronJob", &format!("badcronjob0{i}")),
+            format!("spec.jobTemplate.spec.template.{pod}")
+        );
+    }
+}
+
+/// On a terminal (a pseudo-terminal from Python's `pty`, which the test command needs anyway),
+/// stderr gets a progress line, erased at the end; the pipe of the other tests gets none.
+#[test]
+fn a_terminal_gets_a_progress_line_that_is_erased_at_the_end() {
+    let spawned = Command::new("python3")
+        .args([
+            "-c",
+            "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)",
+        ])
+        .arg(env!("CARGO_BIN_EXE_modelgate"))
+        .args(["audit", "-o", "json", &fixture("audit-workloads.yaml")])
+        .env("KUBECONFIG", "/nonexistent")
+        .stdin(Stdio::null())
+        .output();
+    let Ok(out) = spawned else {
+        println!("python3 not found, skipping");
+        return;
+    };
+    // The terminal merges stdout and stderr, and turns \n into \r\n.
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("\r\x1b[Kaudit: evaluated 1 objects"),
+        "{screen:?}"
+    );
+    let erased = screen.rfind("\r\x1b[K").unwrap();
+    let report_starts = screen.find('{').unwrap();
+    assert!(
+        erased < report_starts,
+        "erased before the report: {screen:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{screen:?}");
+}

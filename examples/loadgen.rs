@@ -23,7 +23,8 @@
 //!    serve alternate so that other load on the machine hits both alike;
 //! 4. prints requests/s, p50, p99, p99.9 and the ratios to the floor, and both servers' peak RSS
 //!    (`VmHWM` in `/proc/<pid>/status`);
-//! 5. starts `serve` again with 100 000 generated caches and reports its RSS once it serves.
+//! 5. starts `serve` again with the cluster state of benches/cache_lookup.rs at 100 000 (100 000
+//!    caches with status, 100 000 PVCs, 5 000 Nodes) and reports its RSS once it serves.
 //!
 //! Bounded in count (`--requests` per measurement, after `--warmup`) and in time
 //! (`--max-seconds` per measurement); loopback only. It is a command, not a test: nothing here
@@ -702,8 +703,9 @@ fn driver_main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `n` caches (half cluster-wide, half over 100 namespaces, as benches/cache_lookup.rs),
-/// starts serve on them, sends a few reviews and reports its memory.
+/// Writes the cluster state of benches/cache_lookup.rs at size `n` — `n` caches (half
+/// cluster-wide, half over 100 namespaces) each downloaded on four Nodes, `n` PVCs, `n / 20`
+/// Nodes in two node groups — starts serve on it, sends a few reviews and reports its memory.
 fn rss_with_many_caches(
     dir: &Path,
     certs: &modelgate::cli::certs::DevCerts,
@@ -713,11 +715,23 @@ fn rss_with_many_caches(
 ) -> anyhow::Result<()> {
     let path = dir.join("caches-many.json");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let nodes = (n / 20).max(4);
+    let gpu_nodes = nodes / 2;
     write!(file, r#"{{"apiVersion":"v1","kind":"List","items":["#)?;
-    write!(
-        file,
-        r#"{{"apiVersion":"serving.kserve.io/v1alpha1","kind":"LocalModelNodeGroup","metadata":{{"name":"workers"}},"spec":{{"storageLimit":"100Gi","persistentVolumeSpec":{{"capacity":{{"storage":"100Gi"}}}}}}}}"#
-    )?;
+    for group in ["gpu", "cpu"] {
+        write!(
+            file,
+            r#"{{"apiVersion":"serving.kserve.io/v1alpha1","kind":"LocalModelNodeGroup","metadata":{{"name":"{group}"}},"spec":{{"storageLimit":"100Gi","persistentVolumeSpec":{{"capacity":{{"storage":"100Gi"}},"local":{{"path":"/models"}},"nodeAffinity":{{"required":{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"node-type","operator":"In","values":["{group}"]}}]}}]}}}}}}}}}},"#
+        )?;
+    }
+    for i in 0..nodes {
+        let kind = if i < gpu_nodes { "gpu" } else { "cpu" };
+        write!(
+            file,
+            r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"node-{i:05}","labels":{{"node-type":"{kind}","zone":"zone-{}","kubernetes.io/hostname":"node-{i:05}"}}}}}},"#,
+            i % 3
+        )?;
+    }
     for i in 0..n {
         let (kind, namespace) = if i % 2 == 0 {
             ("LocalModelCache", String::new())
@@ -727,11 +741,23 @@ fn rss_with_many_caches(
                 format!(r#","namespace":"team-{}""#, i % 100),
             )
         };
+        let status: Vec<String> = (0..4)
+            .map(|k| format!(r#""node-{:05}":"NodeDownloaded""#, (i + k) % gpu_nodes))
+            .collect();
         write!(
             file,
-            r#",{{"apiVersion":"serving.kserve.io/v1alpha1","kind":"{kind}","metadata":{{"name":"cache-{i}"{namespace}}},"spec":{{"sourceModelUri":"hf://org-{}/model-{i}","modelSize":"10Gi","nodeGroups":["workers"]}}}}"#,
-            i % 1000
+            r#"{{"apiVersion":"serving.kserve.io/v1alpha1","kind":"{kind}","metadata":{{"name":"cache-{i}"{namespace}}},"spec":{{"sourceModelUri":"hf://org-{}/model-{i}","modelSize":"10Gi","nodeGroups":["gpu"]}},"status":{{"nodeStatus":{{{}}},"copies":{{"available":4,"total":4}}}}}},"#,
+            i % 1000,
+            status.join(",")
         )?;
+        write!(
+            file,
+            r#"{{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{{"name":"cache-{i}-gpu","namespace":"team-{}"}},"status":{{"phase":"Bound"}}}}"#,
+            (i + 1) % 100
+        )?;
+        if i + 1 < n {
+            write!(file, ",")?;
+        }
     }
     write!(file, "]}}")?;
     file.flush()?;
@@ -755,8 +781,8 @@ fn rss_with_many_caches(
         anyhow::Ok((ready, errors))
     })?;
     println!(
-        "serve with {n} caches ({:.1} MiB of JSON): serving after {:.2} s; after 1 000 reviews \
-         ({errors} not 200): RSS {} (VmRSS), peak {} (VmHWM)",
+        "serve with {n} caches, {n} PVCs, {nodes} Nodes ({:.1} MiB of JSON): serving after {:.2} s; \
+         after 1 000 reviews ({errors} not 200): RSS {} (VmRSS), peak {} (VmHWM)",
         size as f64 / (1024.0 * 1024.0),
         ready.as_secs_f64(),
         mib(proc_status_kib(pid, "VmRSS")),

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::{CacheEntry, CacheIndex, CacheScope};
+use modelgate::cache::{CacheEntry, CacheIndex, CacheScope, PvcPhase, PvcState};
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 use serde_json::Value;
@@ -84,18 +84,27 @@ static INDEX: LazyLock<CacheIndex> = LazyLock::new(|| {
             "gs://b/model",
         ),
     ] {
-        idx.upsert_cache(CacheEntry {
-            scope,
-            name: name.into(),
-            source_model_uri: uri.into(),
-            node_groups: vec!["workers".into(), "gpu".into()],
-        });
+        // Everything a hit needs: downloaded on n1, the PVCs in the usual namespaces.
+        idx.upsert_cache(
+            CacheEntry::new(scope, name, uri, &["workers", "gpu"]).downloaded_on(&["n1"]),
+        );
+        for ns in ["default", "team-a", "team-b", "t", "x"] {
+            for group in ["workers", "gpu"] {
+                let bound = PvcState {
+                    phase: PvcPhase::Bound,
+                    deleting: false,
+                };
+                idx.upsert_pvc(ns, format!("{name}-{group}"), bound);
+            }
+        }
     }
     let term = serde_json::from_str(
         r#"{"matchExpressions":[{"key":"node-type","operator":"In","values":["gpu"]}]}"#,
     )
     .unwrap();
     idx.upsert_node_group("workers", Some(vec![term]));
+    idx.upsert_node_group("gpu", None);
+    idx.upsert_node("n1", [("node-type".to_string(), "gpu".to_string())].into());
     idx
 });
 

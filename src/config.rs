@@ -38,6 +38,16 @@ pub enum PrepMode {
     Never,
 }
 
+/// Directory of a model under the cache PVC's `models/` (SPEC.md §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum CacheLayout {
+    /// `models/<first 16 hex digits of SHA-256 of sourceModelUri>`: KServe 0.18 and later.
+    #[default]
+    StorageKey,
+    /// `models/<cache name>`: KServe 0.17 and older.
+    CacheName,
+}
+
 #[derive(Args, Clone, Debug)]
 #[command(next_help_heading = "Policy (SPEC.md §2)")]
 pub struct PolicyConfig {
@@ -82,6 +92,11 @@ pub struct PolicyConfig {
     #[arg(long, env = "MODELGATE_MODEL_MOUNT_PATH", default_value = "/mnt/models", value_parser = absolute_path)]
     pub model_mount_path: String,
 
+    /// Directory of a model under the cache PVC's models/: storage-key (KServe 0.18+) or
+    /// cache-name (KServe 0.17 and older).
+    #[arg(long, env = "MODELGATE_CACHE_LAYOUT", value_enum, default_value_t = CacheLayout::StorageKey)]
+    pub cache_layout: CacheLayout,
+
     /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
     #[arg(
         long = "exempt-namespace",
@@ -107,6 +122,7 @@ impl Default for PolicyConfig {
             cache_volume: "model-cache".into(),
             cache_mount_path: "/models".into(),
             model_mount_path: "/mnt/models".into(),
+            cache_layout: CacheLayout::StorageKey,
             exempt_namespaces: Vec::new(),
             default_mode: Mode::Enforce,
         }

@@ -15,9 +15,12 @@ use modelgate::cache::watch::WatchBackoff;
 use modelgate::cache::{CacheIndex, CacheMetrics, CacheStore, CacheWatch, CacheWatchConfig};
 use modelgate::config::PolicyConfig;
 use serde_json::{Value, json};
-use support::fake_apiserver::{CACHES, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS};
+use support::fake_apiserver::{
+    ALL, CACHES, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS, NODES, PVCS,
+};
 
-const ALL: [&str; 3] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS];
+/// The custom resources, all installed.
+const CRDS: [&str; 3] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS];
 
 fn config() -> CacheWatchConfig {
     CacheWatchConfig {
@@ -39,18 +42,50 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Downloaded on gpu-1, which [`routable`] makes a Node of the group `workers`.
 fn ns_cache(ns: &str, name: &str, uri: &str) -> Value {
     json!({
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]}
+        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]},
+        "status": {"nodeStatus": {"gpu-1": "NodeDownloaded"}}
     })
 }
 
 fn cluster_cache(name: &str, uri: &str) -> Value {
     json!({
         "metadata": {"name": name},
-        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]}
+        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]},
+        "status": {"nodeStatus": {"gpu-1": "NodeDownloaded"}}
     })
+}
+
+/// What a hit needs besides the cache: the Node gpu-1 of group `workers` and the PVC
+/// `<cache>-workers` of every cache these tests use, in every namespace they use.
+fn routable(server: &FakeApiServer) {
+    server.apply(
+        NODES,
+        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "gpu"}}, "spec": {}}),
+    );
+    let caches = [
+        "shared",
+        "mine",
+        "other",
+        "old",
+        "new",
+        "private",
+        "static",
+        "cluster-only",
+        "fine",
+    ];
+    for ns in ["team-a", "team-b", "team-c", "x"] {
+        for cache in caches {
+            server.apply(
+                PVCS,
+                json!({"metadata": {"name": format!("{cache}-workers"), "namespace": ns},
+                       "spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound"}}),
+            );
+        }
+    }
 }
 
 fn node_group() -> Value {
@@ -143,6 +178,7 @@ fn metrics_text(metrics: &CacheMetrics) -> String {
 /// `shared` for `hf://org/llama`.
 async fn seeded(installed: &[&str]) -> FakeApiServer {
     let server = FakeApiServer::start(installed).await;
+    routable(&server);
     server.apply(NODE_GROUPS, node_group());
     server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
     server
@@ -150,7 +186,7 @@ async fn seeded(installed: &[&str]) -> FakeApiServer {
 
 /// A seeded fake server with every CRD, and a watch that has synced with it.
 async fn synced(config: CacheWatchConfig) -> (FakeApiServer, CacheWatch, CacheMetrics) {
-    let server = seeded(&ALL).await;
+    let server = seeded(&CRDS).await;
     let metrics = CacheMetrics::new();
     let watch = CacheWatch::spawn(server.client(), CacheIndex::new(), metrics.clone(), config);
     let readiness = watch.readiness();
@@ -211,7 +247,11 @@ async fn a_namespace_cache_resolves_in_its_namespace_only_moves_on_update_and_go
         resolution(store, "team-a", "hf://org/mistral/7b") == "miss"
     })
     .await;
-    assert_eq!(store.view().index.counts(), (0, 1, 1));
+    let c = store.view().index.counts();
+    assert_eq!(
+        (c.namespace_caches, c.cluster_caches, c.node_groups),
+        (0, 1, 1)
+    );
 }
 
 #[tokio::test]
@@ -219,7 +259,7 @@ async fn a_dropped_watch_reconnects_from_its_resource_version_and_converges() {
     let (server, watch, _) = synced(config()).await;
     let store = watch.store();
     let before = server.counts(NAMESPACE_CACHES);
-    assert_eq!(server.drop_watches(), 3);
+    assert_eq!(server.drop_watches(), ALL.len());
     server.apply(
         NAMESPACE_CACHES,
         ns_cache("team-a", "mine", "hf://org/llama"),
@@ -382,7 +422,7 @@ async fn a_missing_crd_counts_as_empty_and_the_cache_appears_once_installed() {
 
 #[tokio::test]
 async fn not_ready_until_every_kind_has_listed() {
-    let server = seeded(&ALL).await;
+    let server = seeded(&CRDS).await;
     server.fail_lists(NODE_GROUPS, Some(500));
     let metrics = CacheMetrics::new();
     let watch = CacheWatch::spawn(
@@ -422,7 +462,7 @@ async fn not_ready_until_every_kind_has_listed() {
 
 #[tokio::test]
 async fn after_the_sync_timeout_ready_with_misses_and_a_warning_until_synced() {
-    let server = seeded(&ALL).await;
+    let server = seeded(&CRDS).await;
     server.fail_lists(NAMESPACE_CACHES, Some(403));
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
@@ -461,8 +501,112 @@ async fn after_the_sync_timeout_ready_with_misses_and_a_warning_until_synced() {
 }
 
 #[tokio::test]
+async fn not_ready_until_pvcs_and_nodes_have_listed_and_nodes_are_read_by_metadata_only() {
+    for failing in [PVCS, NODES] {
+        let server = seeded(&CRDS).await;
+        server.fail_lists(failing, Some(403));
+        let watch = CacheWatch::spawn(
+            server.client(),
+            CacheIndex::new(),
+            CacheMetrics::new(),
+            config(),
+        );
+        let store = watch.store();
+        eventually("retried", || server.counts(failing).lists >= 3).await;
+        assert!(!watch.readiness().is_ready(), "{failing}");
+        let (cache, warnings) = resolve(store, "team-a", "hf://org/llama");
+        assert_eq!(cache, "miss");
+        assert!(
+            warnings.iter().any(|w| w.contains("not synced")),
+            "{warnings:?}"
+        );
+        server.fail_lists(failing, None);
+        eventually("synced", || store.is_synced()).await;
+        assert_eq!(
+            resolution(store, "team-a", "hf://org/llama"),
+            "cluster/shared"
+        );
+        let nodes = server.counts(NODES);
+        assert_eq!(
+            nodes.metadata_only,
+            nodes.lists + nodes.watches,
+            "{nodes:?}"
+        );
+        assert_eq!(server.counts(PVCS).metadata_only, 0);
+    }
+}
+
+#[tokio::test]
+async fn large_kinds_are_listed_in_pages() {
+    let server = seeded(&CRDS).await;
+    let seeded_pvcs = server.counts(PVCS);
+    assert_eq!(seeded_pvcs.lists, 0);
+    for i in 0..1_200 {
+        server.apply(
+            PVCS,
+            json!({"metadata": {"name": format!("claim-{i}"), "namespace": "bulk"},
+                   "status": {"phase": "Bound"}}),
+        );
+    }
+    let watch = CacheWatch::spawn(
+        server.client(),
+        CacheIndex::new(),
+        CacheMetrics::new(),
+        config(),
+    );
+    let store = watch.store();
+    eventually("synced", || store.is_synced()).await;
+    // 36 seeded claims and 1 200 more, in pages of 500.
+    assert_eq!(store.view().index.counts().pvcs, 36 + 1_200);
+    assert_eq!(server.counts(PVCS).lists, 3);
+}
+
+#[tokio::test]
+async fn pvc_deletion_and_node_status_changes_reach_the_next_admission() {
+    let (server, watch, _) = synced(config()).await;
+    let store = watch.store();
+    assert_eq!(
+        resolution(store, "team-b", "hf://org/llama"),
+        "cluster/shared"
+    );
+    // The claim is being deleted (pvc-protection keeps it until unused), then gone.
+    server.apply(
+        PVCS,
+        json!({"metadata": {"name": "shared-workers", "namespace": "team-b",
+                            "deletionTimestamp": "2026-11-30T00:00:00Z"},
+               "status": {"phase": "Bound"}}),
+    );
+    eventually("pvc-missing", || {
+        resolve(store, "team-b", "hf://org/llama")
+            .1
+            .iter()
+            .any(|w| w.contains("PVC team-b/shared-workers is being deleted"))
+    })
+    .await;
+    server.delete(PVCS, Some("team-b"), "shared-workers");
+    eventually("gone", || {
+        resolve(store, "team-b", "hf://org/llama")
+            .1
+            .iter()
+            .any(|w| w.contains("PVC team-b/shared-workers does not exist"))
+    })
+    .await;
+    // The Node leaves the group (relabelled): nothing downloaded is left there.
+    server.apply(
+        NODES,
+        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "cpu"}}}),
+    );
+    eventually("not-downloaded", || {
+        let w = resolve(store, "team-a", "hf://org/llama").1;
+        w.iter()
+            .any(|w| w.starts_with("not-downloaded: LocalModelCache shared"))
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn static_caches_are_merged_and_replace_cluster_objects_of_the_same_name() {
-    let server = seeded(&ALL).await;
+    let server = seeded(&CRDS).await;
     server.apply(
         CACHES,
         cluster_cache("cluster-only", "hf://org/cluster-only"),
@@ -472,20 +616,26 @@ async fn static_caches_are_merged_and_replace_cluster_objects_of_the_same_name()
         .insert_object(&json!({
             "apiVersion": "serving.kserve.io/v1alpha1", "kind": "LocalModelCache",
             "metadata": {"name": "shared"},
-            "spec": {"sourceModelUri": "hf://org/from-file", "nodeGroups": ["workers"]}
+            "spec": {"sourceModelUri": "hf://org/from-file", "nodeGroups": ["workers"]},
+            "status": {"nodeStatus": {"gpu-1": "NodeDownloaded"}}
         }))
         .unwrap();
     files
         .insert_object(&json!({
             "apiVersion": "serving.kserve.io/v1alpha1", "kind": "LocalModelNamespaceCache",
             "metadata": {"name": "static", "namespace": "team-a"},
-            "spec": {"sourceModelUri": "hf://org/static", "nodeGroups": ["workers"]}
+            "spec": {"sourceModelUri": "hf://org/static", "nodeGroups": ["workers"]},
+            "status": {"nodeStatus": {"gpu-1": "NodeDownloaded"}}
         }))
         .unwrap();
     let watch = CacheWatch::spawn(server.client(), files, CacheMetrics::new(), config());
     let store = watch.store();
     // Before the first list the static caches are published, but not trusted.
-    assert_eq!(store.view().index.counts(), (1, 1, 0));
+    let c = store.view().index.counts();
+    assert_eq!(
+        (c.namespace_caches, c.cluster_caches, c.node_groups),
+        (1, 1, 0)
+    );
     eventually("synced", || store.is_synced()).await;
     assert_eq!(
         resolution(store, "team-a", "hf://org/static/x"),
@@ -515,7 +665,8 @@ async fn static_caches_are_merged_and_replace_cluster_objects_of_the_same_name()
 
 #[tokio::test]
 async fn an_object_that_does_not_decode_is_skipped_not_fatal() {
-    let server = FakeApiServer::start(&ALL).await;
+    let server = FakeApiServer::start(&CRDS).await;
+    routable(&server);
     server.apply(NODE_GROUPS, node_group());
     server.apply(
         CACHES,
@@ -563,7 +714,10 @@ async fn a_burst_of_events_costs_few_publishes() {
         );
     }
     let store = watch.store();
-    eventually("all 300 seen", || store.view().index.counts().0 == 300).await;
+    eventually("all 300 seen", || {
+        store.view().index.counts().namespace_caches == 300
+    })
+    .await;
     let publishes = watch.publishes() - before;
     assert!(
         (1..=20).contains(&publishes),
@@ -623,12 +777,10 @@ fn lookups(metrics: &CacheMetrics) -> u64 {
 
 #[tokio::test]
 async fn review_from_cluster_lists_once_with_the_kubeconfig_context() {
-    let server = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES]).await;
+    let server = FakeApiServer::start(&[CACHES, NODE_GROUPS]).await;
+    routable(&server);
+    server.apply(NODE_GROUPS, node_group());
     server.apply(CACHES, cluster_cache("shared", "hf://org/llama"));
-    server.apply(
-        NAMESPACE_CACHES,
-        ns_cache("team-a", "mine", "hf://org/llama"),
-    );
     let dir = std::env::temp_dir().join(format!("modelgate-review-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
@@ -665,11 +817,14 @@ async fn review_from_cluster_lists_once_with_the_kubeconfig_context() {
                 .to_string()
         })
         .collect();
-    assert_eq!(annotations, ["namespace/team-a/mine", "cluster/shared"]);
+    assert_eq!(annotations, ["cluster/shared", "cluster/shared"]);
     assert!(
-        stderr.contains("note: --from-cluster: LocalModelNodeGroup: the CRD is not installed"),
+        stderr.contains("note: --from-cluster: LocalModelNamespaceCache: the CRD is not installed"),
         "{stderr}"
     );
+    // PVCs listed whole, Nodes by metadata only, each once.
+    assert_eq!(server.counts(PVCS).lists, 1);
+    assert_eq!(server.counts(NODES).lists, 1);
     assert_eq!(server.counts(CACHES).watches, 0, "listed once, no watch");
 
     // No cluster to reach: exit 2 and a message that says what to do.

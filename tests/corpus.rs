@@ -49,15 +49,40 @@ fn config() -> PolicyConfig {
     }
 }
 
+/// KServe's README objects, then the same caches with the status KServe reports and the Nodes
+/// and PVCs a hit needs (tests/fixtures/kserve/localmodelcache-status.yaml).
 fn kserve_caches(corpus: &Path) -> CacheIndex {
-    let (index, skipped) =
-        CacheIndex::load_files(&[corpus.join("kserve/localmodelcache_readme_objects.yaml")])
-            .expect("the KServe README cache objects load");
+    let (index, skipped) = CacheIndex::load_files(&[
+        corpus.join("kserve/localmodelcache_readme_objects.yaml"),
+        fixture_path("kserve/localmodelcache-status.yaml"),
+    ])
+    .expect("the KServe README cache objects load");
     // Three LocalModelCache names (llama3-8b twice), one node group; the InferenceService at the
     // end of the file is not a cache object and is skipped, not refused.
-    assert_eq!(index.counts(), (0, 3, 1));
+    let c = index.counts();
+    assert_eq!(
+        (
+            c.namespace_caches,
+            c.cluster_caches,
+            c.node_groups,
+            c.nodes,
+            c.pvcs
+        ),
+        (0, 3, 1, 3, 5)
+    );
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     index
+}
+
+fn fixture_path(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+/// The pin to the nodes that have the model (gpu-node-1 in the status fixture).
+fn pin() -> Value {
+    json!({"key": "metadata.name", "operator": "In", "values": ["gpu-node-1"]})
 }
 
 /// One endpoint's answer, decoded from the bytes the API server would get.
@@ -116,7 +141,10 @@ fn call(webhook: Webhook, review: &Value, ctx: &Context) -> Answer {
         .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
         .unwrap_or_default();
     for w in &warnings {
-        assert!(w.chars().count() <= 120, "warning longer than 120: {w}");
+        assert!(
+            w.len() <= modelgate::policy::MAX_WARNING_LEN,
+            "warning longer than the API server passes whole: {w}"
+        );
     }
     let message = resp["status"]["message"].as_str().unwrap_or("").to_string();
     if !allowed {
@@ -1241,7 +1269,38 @@ const KEY_LLAMA3_8B: &str = "c41ae4f29d692d55"; // hf://meta-llama/Meta-Llama-3-
 const KEY_S3_MODEL: &str = "89da10faf446bbf1"; // s3://mybucket/mymodel
 
 fn gpu_terms() -> Value {
-    json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]}])
+    json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}], "matchFields": [pin()]}])
+}
+
+#[test]
+fn kserve_shared_pvc_sample_resolves_to_the_pvc_ref_without_pinning_nodes() {
+    let (index, _) =
+        CacheIndex::load_files(&[fixture_path("kserve/shared-pvc-status.yaml")]).unwrap();
+    let cfg = config();
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "vllm-", "namespace": "my-models",
+            "annotations": {"modelgate.io/model-uri": "hf://meta-llama/Meta-Llama-3-8B"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}
+    });
+    let o = run_object("shared", &pod, "my-models", &cfg, &index);
+    let p = o.patched.as_ref().unwrap();
+    assert_eq!(
+        p["metadata"]["annotations"]["modelgate.io/resolved-uri"],
+        format!("pvc://shared-models/models/{KEY_LLAMA3_8B}")
+    );
+    assert!(p["spec"]["affinity"].is_null(), "a shared PVC pins no node");
+    // A pod of another namespace never sees that namespace's cache.
+    let mut elsewhere = pod.clone();
+    elsewhere["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    let o = run_object("other", &elsewhere, "x", &cfg, &index);
+    assert_eq!(
+        o.patched.as_ref().unwrap()["metadata"]["annotations"]["modelgate.io/model-cache-reason"],
+        "no-match"
+    );
 }
 
 #[test]
@@ -1306,6 +1365,7 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/namespace-caches.yaml");
     let (index, _) = CacheIndex::load_files(&[
         corpus.join("kserve/localmodelcache_readme_objects.yaml"),
+        fixture_path("kserve/localmodelcache-status.yaml"),
         fixture,
     ])
     .unwrap();
@@ -1355,7 +1415,8 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         json!([{"matchExpressions": [
             {"key": "zone", "operator": "In", "values": ["a"]},
-            {"key": "node-type", "operator": "In", "values": ["gpu"]}]}])
+            {"key": "node-type", "operator": "In", "values": ["gpu"]}],
+            "matchFields": [pin()]}])
     );
 
     // The namespace's own cache (tests/fixtures/namespace-caches.yaml) beats the cluster's, even
@@ -1412,17 +1473,45 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
         "a miss changes no affinity"
     );
 
-    // A node group no cache serves: miss.
+    // A node group the cache does not list: miss.
     let mut other_group = pod("hf://meta-llama/Meta-Llama-3-8B", "team-b");
     other_group["metadata"]["annotations"]["serving.kserve.io/nodegroup"] = json!("cpu");
     let o = run_object("group", &other_group, "x", &cfg, &index);
     assert_eq!(annotations(&o)["modelgate.io/model-cache"], "miss");
+    assert_eq!(
+        annotations(&o)["modelgate.io/model-cache-reason"],
+        "node-group-mismatch"
+    );
 
-    // Opting out: nothing about the model changes.
+    // A namespace where KServe made no PVC: a miss that names the PVC.
+    let o = run_object(
+        "no-pvc",
+        &pod("hf://meta-llama/Meta-Llama-3-8B", "team-x"),
+        "x",
+        &cfg,
+        &index,
+    );
+    assert_eq!(
+        annotations(&o)["modelgate.io/model-cache-reason"],
+        "pvc-missing"
+    );
+    assert!(
+        o.mutate.warnings.iter().any(
+            |w| w.starts_with("pvc-missing: LocalModelNamespaceCache team-x/elsewhere matches")
+        ),
+        "{:?}",
+        o.mutate.warnings
+    );
+
+    // Opting out: a miss with its reason; nothing else about the model changes.
     let mut opt_out = pod("hf://meta-llama/Meta-Llama-3-8B", "team-b");
     opt_out["metadata"]["annotations"]["serving.kserve.io/disable-localmodel"] = json!("true");
     let o = run_object("opt-out", &opt_out, "x", &cfg, &index);
-    assert_eq!(annotations(&o), opt_out["metadata"]["annotations"]);
+    let mut expected = opt_out["metadata"]["annotations"].clone();
+    expected["modelgate.io/model-cache"] = json!("miss");
+    expected["modelgate.io/model-cache-reason"] = json!("opted-out");
+    assert_eq!(annotations(&o), expected);
+    assert!(o.patched.as_ref().unwrap()["spec"]["volumes"].is_null());
 }
 
 #[test]

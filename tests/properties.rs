@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::{CacheEntry, CacheIndex, CacheScope};
+use modelgate::cache::{CacheEntry, CacheIndex, CacheScope, PvcPhase, PvcState};
 use modelgate::config::{IdSetting, PolicyConfig, PrepMode};
 use modelgate::policy::Caches;
 use proptest::prelude::*;
@@ -307,12 +307,17 @@ fn caches() -> CacheIndex {
         (CacheScope::Cluster, "s3", "s3://b/x/", &["g2"][..]),
         (CacheScope::Cluster, "s3-b", "s3://b/x/", &["g2"][..]),
     ] {
-        index.upsert_cache(CacheEntry {
-            scope,
-            name: name.into(),
-            source_model_uri: uri.into(),
-            node_groups: groups.iter().map(|g| g.to_string()).collect(),
-        });
+        // Everything a hit needs: the model downloaded on n1, the PVC in every namespace.
+        for ns in ["team-a", "team-b"] {
+            for g in groups {
+                let bound = PvcState {
+                    phase: PvcPhase::Bound,
+                    deleting: false,
+                };
+                index.upsert_pvc(ns, format!("{name}-{g}"), bound);
+            }
+        }
+        index.upsert_cache(CacheEntry::new(scope, name, uri, groups).downloaded_on(&["n1"]));
     }
     let term = serde_json::from_value(
         json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}),
@@ -320,6 +325,7 @@ fn caches() -> CacheIndex {
     .unwrap();
     index.upsert_node_group("g1", Some(vec![term]));
     index.upsert_node_group("g2", None);
+    index.upsert_node("n1", [("zone".to_string(), "z1".to_string())].into());
     index
 }
 
@@ -675,8 +681,10 @@ fn expected_hit(
         (None, "s3-b", "s3://b/x/", &["g2"]),
     ];
     let model = trim(uri);
+    // Precedence picks the cache (own namespace first, longest URI, smallest name); a node group
+    // it does not list is then a miss, never a fall-through to another cache.
     for scope in [Some(ns), None] {
-        let mut best: Option<(usize, &str, &str, &str)> = None;
+        let mut best: Option<(usize, &str, &str, &[&str])> = None;
         for (cache_ns, name, source, groups) in &caches {
             if *cache_ns != scope {
                 continue;
@@ -685,21 +693,19 @@ fn expected_hit(
             if !(model == c || model.starts_with(&format!("{c}/"))) {
                 continue;
             }
-            let Some(g) = (match group {
-                Some(g) => groups.iter().find(|x| **x == g).copied(),
-                None => groups.first().copied(),
-            }) else {
-                continue;
-            };
             let better = match best {
                 None => true,
                 Some((len, n, _, _)) => c.len() > len || (c.len() == len && *name < n),
             };
             if better {
-                best = Some((c.len(), name, source, g));
+                best = Some((c.len(), name, source, groups));
             }
         }
-        if let Some((len, name, source, g)) = best {
+        if let Some((len, name, source, groups)) = best {
+            let g = match group {
+                Some(g) => groups.iter().find(|x| **x == g).copied()?,
+                None => groups.first().copied()?,
+            };
             let digest = Sha256::digest(source.as_bytes());
             let key: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
             let sub = format!("models/{key}{}", &model[len..]);
@@ -1105,12 +1111,24 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
         .into_iter()
         .flatten()
         .find(|v| v["name"] == "modelgate-model");
-    match case.model_uri.filter(|_| !case.opt_out) {
+    match case.model_uri {
         None => prop_assert_eq!(
             annotations.get("modelgate.io/model-cache"),
             None,
             "no model, no cache annotation"
         ),
+        Some(_) if case.opt_out => {
+            reached.push("opted-out");
+            prop_assert_eq!(&annotations["modelgate.io/model-cache"], &json!("miss"));
+            prop_assert_eq!(
+                &annotations["modelgate.io/model-cache-reason"],
+                &json!("opted-out")
+            );
+            prop_assert!(
+                model_volume.is_none(),
+                "an opted-out pod gets no model volume"
+            );
+        }
         Some(u) => match expected_hit(case.namespace, URIS[u], case.node_group) {
             None => {
                 reached.push("miss");
@@ -1193,10 +1211,18 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
                         );
                     }
                 } else {
-                    prop_assert_eq!(
-                        &old_terms,
-                        &new_terms,
-                        "no node affinity without node-group terms"
+                    // g2's PV has no node affinity: each existing term (or one new term) only
+                    // gains the pin to the nodes with the model.
+                    prop_assert_eq!(new_terms.len(), old_terms.len().max(1));
+                }
+                let pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1"]});
+                for t in &new_terms {
+                    prop_assert!(
+                        t["matchFields"]
+                            .as_array()
+                            .is_some_and(|f| f.contains(&pin)),
+                        "{}",
+                        t
                     );
                 }
                 prop_assert!(

@@ -634,7 +634,8 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
     );
     assert_eq!(
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
-        json!([{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100"]}]}])
+        json!([{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100"]}],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}])
     );
     // The writable cache: fsGroup 102 and the prep container first, fsGroup branch.
     assert_eq!(
@@ -677,9 +678,27 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
         p["metadata"]["annotations"]["modelgate.io/resolved-uri"],
         "pvc://team-llm-team-nodes/models/bffca0e481f29c78/snapshots/main"
     );
+    assert_eq!(
+        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}]),
+        "team-nodes' PV has no node affinity: pinned by node name only"
+    );
+
+    // Files are the whole truth: without the PVC, the miss names the PVC a user must create.
+    let dir = tempfile::tempdir().unwrap();
+    let without_pvc = dir.path().join("caches.yaml");
+    let text = std::fs::read_to_string(&caches).unwrap();
+    let cut = text.find("kind: PersistentVolumeClaim").unwrap();
+    let cut = text[..cut].rfind("---").unwrap();
+    std::fs::write(&without_pvc, &text[..cut]).unwrap();
+    let run = review(&["--caches", without_pvc.to_str().unwrap(), &pod]);
+    assert_exit(&run, 0);
     assert!(
-        p["spec"].get("affinity").is_none(),
-        "team-nodes has no node group object"
+        run.stdout.contains(
+            "pvc-missing: LocalModelCache llm matches hf://org/llm/snapshots/main but PVC default/llm-gpu-nodes does not exist"
+        ),
+        "{}",
+        run.stdout
     );
 
     // Without caches: a miss.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::{CacheEntry, CacheIndex, CacheScope};
+use modelgate::cache::{CacheEntry, CacheIndex, CacheScope, PvcPhase, PvcState};
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 use serde_json::{Value, json};
@@ -25,19 +25,32 @@ fn config() -> PolicyConfig {
 
 fn caches() -> CacheIndex {
     let mut idx = CacheIndex::new();
-    idx.upsert_cache(CacheEntry {
-        scope: CacheScope::Namespace("team-b".into()),
-        name: "theirs".into(),
-        source_model_uri: "gs://b/model".into(),
-        node_groups: vec!["workers".into()],
-    });
-    idx.upsert_cache(CacheEntry {
-        scope: CacheScope::Cluster,
-        name: "shared".into(),
-        source_model_uri: "hf://org/shared".into(),
-        node_groups: vec!["workers".into()],
-    });
+    idx.upsert_cache(
+        CacheEntry::new(
+            CacheScope::Namespace("team-b".into()),
+            "theirs",
+            "gs://b/model",
+            &["workers"],
+        )
+        .downloaded_on(&["n1"]),
+    );
+    idx.upsert_cache(
+        CacheEntry::new(
+            CacheScope::Cluster,
+            "shared",
+            "hf://org/shared",
+            &["workers"],
+        )
+        .downloaded_on(&["n1"]),
+    );
     idx.upsert_node_group("workers", None);
+    idx.upsert_node("n1", Default::default());
+    let bound = PvcState {
+        phase: PvcPhase::Bound,
+        deleting: false,
+    };
+    idx.upsert_pvc("team-b", "theirs-workers", bound);
+    idx.upsert_pvc("team-a", "shared-workers", bound);
     idx
 }
 

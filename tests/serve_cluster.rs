@@ -1,7 +1,9 @@
 //! `serve` end to end against a cluster: the real binary, a kubeconfig pointing at the fake API
-//! server, and a verifying TLS client. Proves the wiring of the cache watch into the server:
-//! `/readyz` waits for the caches, and a cache added in the cluster changes what `/mutate`
-//! answers for a pod of that namespace, with no API request on the admission path.
+//! server, and a verifying TLS client. Proves the wiring of the cluster-state watch into the
+//! server: `/readyz` waits for the caches, PVCs and Nodes; a cache added in the cluster changes
+//! what `/mutate` answers for a pod of that namespace; a deleted PVC makes the next pod a
+//! `pvc-missing` miss within seconds; a node turning `NodeDownloaded` gets the next pod pinned to
+//! it; a KServe-managed pod never gets `modelgate-model`; and no admission makes an API request.
 
 mod common;
 mod support;
@@ -12,13 +14,47 @@ use std::time::Duration;
 use common::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use support::fake_apiserver::{CACHES, FakeApiServer, NAMESPACE_CACHES, NAMESPACES, NODE_GROUPS};
+use support::fake_apiserver::{
+    CACHES, FakeApiServer, NAMESPACE_CACHES, NAMESPACES, NODE_GROUPS, NODES, PVCS,
+};
 
-fn ns_cache(ns: &str, name: &str, uri: &str) -> Value {
+fn ns_cache(ns: &str, name: &str, uri: &str, downloaded: &[&str]) -> Value {
+    let status: serde_json::Map<String, Value> = ["gpu-1", "gpu-2"]
+        .iter()
+        .map(|n| {
+            let s = if downloaded.contains(n) {
+                "NodeDownloaded"
+            } else {
+                "NodeDownloading"
+            };
+            (n.to_string(), json!(s))
+        })
+        .collect();
     json!({
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]}
+        "spec": {"sourceModelUri": uri, "modelSize": "1Gi", "nodeGroups": ["workers"]},
+        "status": {"nodeStatus": status}
     })
+}
+
+/// A pod as KServe's InferenceService controller makes it: its own label and KServe's
+/// source-URI annotation.
+fn kserve_pod_review(uid: &str, ns: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": ns, "operation": "CREATE", "userInfo": {"username": "u"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "llama-predictor-", "namespace": ns,
+                             "labels": {"serving.kserve.io/inferenceservice": "llama"},
+                             "annotations": {"internal.serving.kserve.io/storage-initializer-sourceuri": "hf://org/llama"}},
+                "spec": {"containers": [{"name": "kserve-container", "image": "vllm"}]}}
+        }
+    }))
+    .unwrap()
 }
 
 fn pod_review(uid: &str, ns: &str) -> Vec<u8> {
@@ -38,28 +74,63 @@ fn pod_review(uid: &str, ns: &str) -> Vec<u8> {
     .unwrap()
 }
 
-fn model_cache_annotation(answer: &Answer) -> String {
+/// The pod of `review` with the answer's patch applied.
+fn patched(review: &[u8], answer: &Answer) -> Value {
     use base64::Engine;
+    let review: Value = serde_json::from_slice(review).unwrap();
+    let mut object = review["request"]["object"].clone();
     let response = &answer.json()["response"];
     let b64 = response["patch"].as_str().expect("a patch");
-    let patch: Vec<Value> = serde_json::from_slice(
+    let patch: json_patch::Patch = serde_json::from_slice(
         &base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap(),
     )
     .unwrap();
-    patch
-        .iter()
-        .find(|op| op["path"] == "/metadata/annotations/modelgate.io~1model-cache")
-        .map(|op| op["value"].as_str().unwrap().to_string())
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
+
+fn model_cache_annotation(review: &[u8], answer: &Answer) -> String {
+    patched(review, answer)["metadata"]["annotations"]["modelgate.io/model-cache"]
+        .as_str()
         .expect("the model-cache annotation is set")
+        .to_string()
+}
+
+/// The node names the pod is pinned to (`matchFields metadata.name In`), if any.
+fn pinned_nodes(pod: &Value) -> Option<Value> {
+    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchFields"][0]
+        .get("values")
+        .cloned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
-    // Namespace caches cannot be listed yet: serve must not say ready.
+    // The node group `workers`, its two Nodes, and the PVC KServe made in team-a.
+    api.apply(
+        NODE_GROUPS,
+        json!({"metadata": {"name": "workers"}, "spec": {"persistentVolumeSpec": {
+            "local": {"path": "/models"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]}]}}}}}),
+    );
+    for node in ["gpu-1", "gpu-2"] {
+        api.apply(
+            NODES,
+            json!({"metadata": {"name": node, "labels": {"node-type": "gpu"}}, "spec": {}}),
+        );
+    }
+    api.apply(
+        PVCS,
+        json!({"metadata": {"name": "mine-workers", "namespace": "team-a"},
+               "spec": {"accessModes": ["ReadOnlyMany"]}, "status": {"phase": "Bound"}}),
+    );
+    // Namespace caches and Nodes cannot be listed yet: serve must not say ready.
     api.fail_lists(NAMESPACE_CACHES, Some(500));
+    api.fail_lists(NODES, Some(403));
     let pki = TestPki::new();
     let kubeconfig = pki.dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
@@ -87,6 +158,11 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     assert_eq!(body.trim(), "not ready: model caches not synced");
 
     api.fail_lists(NAMESPACE_CACHES, None);
+    // Still not ready: the Nodes have not listed (RBAC not yet granted, say).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = server.probe_get("/readyz").await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    api.fail_lists(NODES, None);
     let ready = async {
         for _ in 0..200 {
             if let Ok((StatusCode::OK, _)) = server.probe_get("/readyz").await {
@@ -104,39 +180,80 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
 
     let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
     let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
-    let answer = conn
-        .post_json("/mutate", pod_review("u1", "team-a"))
-        .await
-        .unwrap();
-    assert_eq!(model_cache_annotation(&answer), "miss");
+    let review = pod_review("u1", "team-a");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    assert_eq!(model_cache_annotation(&review, &answer), "miss");
 
-    // A namespace cache appears in the cluster: team-a resolves from it, team-b does not.
+    // Polls /mutate with a team-a pod until `done` holds for the patched pod; returns it and how
+    // long it took.
+    let mut n = 0;
+    let mut until = async |conn: &mut Conn, ns: &str, done: &dyn Fn(&Value) -> bool| {
+        let started = std::time::Instant::now();
+        for _ in 0..200 {
+            n += 1;
+            let review = pod_review(&format!("w{n}"), ns);
+            let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+            let pod = patched(&review, &answer);
+            if done(&pod) {
+                return (pod, started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("not reached within 10 s; logs:\n{}", server.logs());
+    };
+    let annotation = |pod: &Value, key: &str| pod["metadata"]["annotations"][key].clone();
+
+    // A namespace cache appears in the cluster, downloaded on gpu-1: team-a resolves from it
+    // and the pod is pinned to gpu-1.
     api.apply(
         NAMESPACE_CACHES,
-        ns_cache("team-a", "mine", "hf://org/llama"),
+        ns_cache("team-a", "mine", "hf://org/llama", &["gpu-1"]),
     );
-    let mut resolved = String::new();
-    for i in 0..200 {
-        let answer = conn
-            .post_json("/mutate", pod_review(&format!("w{i}"), "team-a"))
-            .await
-            .unwrap();
-        resolved = model_cache_annotation(&answer);
-        if resolved != "miss" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(resolved, "namespace/team-a/mine");
+    let (pod, _) = until(&mut conn, "team-a", &|p| {
+        annotation(p, "modelgate.io/model-cache") == "namespace/team-a/mine"
+    })
+    .await;
+    assert_eq!(pinned_nodes(&pod), Some(json!(["gpu-1"])));
+
+    // gpu-2 finishes its download: the next pod may land on either.
+    api.apply(
+        NAMESPACE_CACHES,
+        ns_cache("team-a", "mine", "hf://org/llama", &["gpu-1", "gpu-2"]),
+    );
+    until(&mut conn, "team-a", &|p| {
+        pinned_nodes(p) == Some(json!(["gpu-1", "gpu-2"]))
+    })
+    .await;
+
+    // A KServe-managed pod is KServe's to route: no modelgate-model, §3 still applies.
+    let review = kserve_pod_review("k1", "team-a");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    let pod = patched(&review, &answer);
+    assert_eq!(
+        annotation(&pod, "modelgate.io/model-cache-reason"),
+        "kserve-managed"
+    );
+    assert!(pod["spec"].get("volumes").is_none(), "{pod}");
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+
+    // No admission calls the API server.
     let requests = api.requests();
     for i in 0..50 {
-        let answer = conn
-            .post_json("/mutate", pod_review(&format!("b{i}"), "team-b"))
-            .await
-            .unwrap();
-        assert_eq!(model_cache_annotation(&answer), "miss");
+        let review = pod_review(&format!("b{i}"), "team-b");
+        let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+        assert_eq!(model_cache_annotation(&review, &answer), "miss");
     }
     assert_eq!(api.requests(), requests, "admissions made API requests");
+
+    // The PVC is deleted: the next pods are pvc-missing misses, within seconds.
+    api.delete(PVCS, Some("team-a"), "mine-workers");
+    let (pod, took) = until(&mut conn, "team-a", &|p| {
+        annotation(p, "modelgate.io/model-cache-reason") == "pvc-missing"
+    })
+    .await;
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(annotation(&pod, "modelgate.io/model-cache"), "miss");
+    assert!(pod["spec"].get("volumes").is_none(), "{pod}");
 
     let (_, metrics) = server.probe_get("/metrics").await.unwrap();
     assert!(
@@ -144,7 +261,17 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("modelgate_cache_lookups_total{result=\"namespace\"}"),
+        metrics.contains("modelgate_cache_lookups_total{result=\"namespace\",reason=\"none\"}"),
+        "{metrics}"
+    );
+    for reason in ["pvc-missing", "kserve-managed", "no-match"] {
+        let series =
+            format!("modelgate_cache_lookups_total{{result=\"miss\",reason=\"{reason}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&series)).unwrap();
+        assert!(!line.ends_with(" 0"), "{line}");
+    }
+    assert!(
+        metrics.contains("modelgate_cache_synced{kind=\"Node\"} 1"),
         "{metrics}"
     );
 }

@@ -272,7 +272,11 @@ async fn environment_variables_and_cache_files_reach_the_server() {
         &caches,
         "apiVersion: serving.kserve.io/v1alpha1\nkind: LocalModelCache\nmetadata:\n  name: llama\n\
          spec:\n  sourceModelUri: hf://meta-llama/Llama-3.1-8B-Instruct\n  modelSize: 10Gi\n  \
-         nodeGroups: [workers]\n",
+         nodeGroups: [workers]\nstatus:\n  nodeStatus: {gpu-1: NodeDownloaded}\n---\n\
+         apiVersion: serving.kserve.io/v1alpha1\nkind: LocalModelNodeGroup\nmetadata: {name: workers}\n\
+         spec: {persistentVolumeSpec: {local: {path: /models}}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: gpu-1}\n---\n\
+         apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: llama-workers, namespace: ml-team}\n",
     )
     .unwrap();
     let mut cmd = serve_command(&[]);

@@ -494,6 +494,7 @@ impl DecodedObject {
                 namespace,
                 restricted_namespace,
                 annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
+                labels: p.metadata.as_ref().and_then(|m| m.labels.as_ref()),
                 has_metadata: p.metadata.is_some(),
                 spec: p.spec.as_ref().ok_or_else(|| missing("spec"))?,
                 raw_init_containers,
@@ -511,6 +512,7 @@ impl DecodedObject {
                         .metadata
                         .as_ref()
                         .and_then(|m| m.annotations.as_ref()),
+                    labels: template.metadata.as_ref().and_then(|m| m.labels.as_ref()),
                     has_metadata: template.metadata.is_some(),
                     spec: template
                         .spec

@@ -500,19 +500,24 @@ fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
     let long_name = format!("cache-{}", "n".repeat(90));
     let uri = format!("hf://org/{}/weights", "m".repeat(300));
     let mut index = CacheIndex::new();
-    index.upsert_cache(CacheEntry {
-        scope: CacheScope::Namespace("ns-warn".into()),
-        name: long_name.clone(),
-        source_model_uri: uri.clone(),
-        node_groups: vec!["workers".into()],
-    });
-    index.upsert_cache(CacheEntry {
-        scope: CacheScope::Namespace("ns-enforce".into()),
-        name: long_name.clone(),
-        source_model_uri: uri.clone(),
-        node_groups: vec!["workers".into()],
-    });
+    for ns in ["ns-warn", "ns-enforce"] {
+        index.upsert_cache(
+            CacheEntry::new(
+                CacheScope::Namespace(ns.into()),
+                &long_name,
+                &uri,
+                &["workers"],
+            )
+            .downloaded_on(&["n1"]),
+        );
+        let bound = crate::cache::PvcState {
+            phase: crate::cache::PvcPhase::Bound,
+            deleting: false,
+        };
+        index.upsert_pvc(ns, format!("{long_name}-workers"), bound);
+    }
     index.upsert_node_group("workers", None);
+    index.upsert_node("n1", Default::default());
     let mut object = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
     object["metadata"]["annotations"] = json!({"modelgate.io/model-uri": uri});
     let source = format!("LocalModelNamespaceCache ns-enforce/{long_name}");

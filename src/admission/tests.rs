@@ -563,15 +563,13 @@ fn validator_lets_through_only_the_canonical_prep() {
 
 // §5 -----------------------------------------------------------------------------------------
 
+/// Caches with everything a hit needs: node groups `workers` (node-type=gpu) and `gpu` (a PV
+/// without node affinity), Node n1 (gpu) with the models downloaded, and the PVCs KServe makes.
 fn caches() -> CacheIndex {
+    use crate::cache::{PvcPhase, PvcState};
     let mut idx = CacheIndex::new();
     let add = |idx: &mut CacheIndex, scope: CacheScope, name: &str, uri: &str, groups: &[&str]| {
-        idx.upsert_cache(CacheEntry {
-            scope,
-            name: name.into(),
-            source_model_uri: uri.into(),
-            node_groups: groups.iter().map(|s| s.to_string()).collect(),
-        })
+        idx.upsert_cache(CacheEntry::new(scope, name, uri, groups).downloaded_on(&["n1"]))
     };
     add(
         &mut idx,
@@ -599,7 +597,25 @@ fn caches() -> CacheIndex {
     )
     .unwrap();
     idx.upsert_node_group("workers", Some(vec![term]));
+    idx.upsert_node_group("gpu", None);
+    idx.upsert_node("n1", [("node-type".to_string(), "gpu".to_string())].into());
+    let bound = PvcState {
+        phase: PvcPhase::Bound,
+        deleting: false,
+    };
+    for (ns, pvc) in [
+        ("team-a", "mine-workers"),
+        ("team-b", "theirs-workers"),
+        ("team-c", "llama-workers"),
+        ("team-c", "llama-gpu"),
+    ] {
+        idx.upsert_pvc(ns, pvc, bound);
+    }
     idx
+}
+
+fn pin() -> Value {
+    json!({"key": "metadata.name", "operator": "In", "values": ["n1"]})
 }
 
 fn model_pod(annotations: Value) -> Value {
@@ -660,8 +676,9 @@ fn namespace_cache_beats_cluster_cache_and_is_mounted() {
     assert_eq!(
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
-        json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}]}])
+        json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}], "matchFields": [pin()]}])
     );
+    assert!(ann.get("modelgate.io/model-cache-reason").is_none());
 }
 
 #[test]
@@ -682,8 +699,12 @@ fn other_namespaces_use_the_cluster_cache_and_never_anothers() {
         ann["modelgate.io/resolved-uri"],
         format!("pvc://llama-gpu/models/{key}")
     );
-    // gpu has no LocalModelNodeGroup: no affinity.
-    assert!(a.patched["spec"].get("affinity").is_none());
+    // gpu's PV has no node affinity: the pod is pinned by node name only.
+    assert_eq!(
+        a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"],
+        json!([{"matchFields": [pin()]}])
+    );
 
     let a = mutate_with(
         "Pod",
@@ -755,11 +776,10 @@ fn miss_removes_stale_resolution() {
 }
 
 #[test]
-fn opt_out_and_no_uri_do_nothing() {
+fn opt_out_is_a_miss_with_its_reason_and_no_uri_does_nothing() {
     for ann in [
         json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/disable-model-cache": "true"}),
         json!({"modelgate.io/model-uri": "hf://org/m", "serving.kserve.io/disable-localmodel": "true"}),
-        json!({}),
     ] {
         let a = mutate_with(
             "Pod",
@@ -768,12 +788,101 @@ fn opt_out_and_no_uri_do_nothing() {
             &PolicyConfig::default(),
             &caches(),
         );
+        let got = &a.patched["metadata"]["annotations"];
+        assert_eq!(got["modelgate.io/model-cache"], "miss", "{ann}");
+        assert_eq!(got["modelgate.io/model-cache-reason"], "opted-out", "{ann}");
+        assert!(a.patched["spec"].get("affinity").is_none());
+    }
+    let a = mutate_with(
+        "Pod",
+        "team-c",
+        model_pod(json!({})),
+        &PolicyConfig::default(),
+        &caches(),
+    );
+    assert_eq!(a.patched["metadata"]["annotations"], json!({}));
+}
+
+/// The `modelgate.io/model-cache-reason` annotation, warnings, and whether the model volume is
+/// there, for a pod in `ns`.
+fn miss_of(ns: &str, pod: Value, index: &CacheIndex) -> (String, Vec<String>, bool) {
+    let a = mutate_with("Pod", ns, pod, &PolicyConfig::default(), index);
+    let ann = &a.patched["metadata"]["annotations"];
+    assert_eq!(ann["modelgate.io/model-cache"], "miss", "{ann}");
+    let mounted = a.patched["spec"]["volumes"]
+        .as_array()
+        .is_some_and(|v| v.iter().any(|v| v["name"] == "modelgate-model"));
+    (
+        ann["modelgate.io/model-cache-reason"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        a.warnings(),
+        mounted,
+    )
+}
+
+#[test]
+fn each_miss_reason_is_annotated_and_a_matched_cache_is_named_with_what_it_lacks() {
+    let uri = |u: &str| model_pod(json!({"modelgate.io/model-uri": u}));
+    // no-match: no warning.
+    let (reason, w, mounted) = miss_of("team-c", uri("hf://other/m"), &caches());
+    assert_eq!((reason.as_str(), mounted), ("no-match", false));
+    assert!(!w.iter().any(|w| w.contains("matches")), "{w:?}");
+    // pvc-missing: team-d has no PVC llama-workers.
+    let (reason, w, _) = miss_of("team-d", uri("hf://org/m"), &caches());
+    assert_eq!(reason, "pvc-missing");
+    assert!(
+        w.contains(&"pvc-missing: LocalModelCache llama matches hf://org/m but PVC team-d/llama-workers does not exist".to_string()),
+        "{w:?}"
+    );
+    // node-group-mismatch: the requested group is not listed.
+    let pod = model_pod(
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "tpu"}),
+    );
+    let (reason, w, _) = miss_of("team-c", pod, &caches());
+    assert_eq!(reason, "node-group-mismatch");
+    assert!(
+        w.iter().any(|w| w.contains("requested node group tpu")),
+        "{w:?}"
+    );
+    // not-downloaded: the model is still downloading on n1.
+    let mut index = caches();
+    let mut downloading = CacheEntry::new(CacheScope::Cluster, "llama", "hf://org/m", &["workers"]);
+    downloading.status.set_node("n1", "NodeDownloading");
+    index.upsert_cache(downloading);
+    let (reason, w, _) = miss_of("team-c", uri("hf://org/m"), &index);
+    assert_eq!(reason, "not-downloaded");
+    assert!(
+        w.iter().any(|w| w.starts_with(
+            "not-downloaded: LocalModelCache llama matches hf://org/m but no node of group workers"
+        )),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn kserve_managed_pods_are_never_resolved_but_keep_the_rest_of_the_policy() {
+    for label in [
+        "serving.kserve.io/inferenceservice",
+        "internal.serving.kserve.io/localmodel",
+    ] {
+        let mut pod = model_pod(json!({
+            "internal.serving.kserve.io/storage-initializer-sourceuri": "hf://org/m"
+        }));
+        pod["metadata"]["labels"] = json!({ label: "llama" });
+        let a = mutate_with("Pod", "team-c", pod, &PolicyConfig::default(), &caches());
+        let ann = &a.patched["metadata"]["annotations"];
+        assert_eq!(ann["modelgate.io/model-cache-reason"], "kserve-managed");
         assert!(
-            a.patched["metadata"]["annotations"]
-                .get("modelgate.io/model-cache")
-                .is_none(),
-            "{ann}"
+            !a.patched["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == "modelgate-model")
         );
+        // §3 still applies.
+        assert_eq!(a.patched["spec"]["securityContext"]["runAsNonRoot"], true);
     }
 }
 
@@ -792,8 +901,8 @@ fn node_group_terms_are_anded_into_each_existing_term() {
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
         json!([
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, gpu]},
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}], "matchExpressions": [gpu]}
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, gpu], "matchFields": [pin()]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}, pin()], "matchExpressions": [gpu]}
         ])
     );
 }
@@ -801,9 +910,10 @@ fn node_group_terms_are_anded_into_each_existing_term() {
 #[test]
 fn caches_not_synced_is_a_miss_with_a_warning() {
     let cfg = PolicyConfig::default();
+    let index = caches();
     let ctx = Context {
         config: &cfg,
-        caches: Caches::NotSynced,
+        caches: Caches::NotSynced(&index),
         namespaces: crate::namespaces::Namespaces::none(),
     };
     let r = review_of(
@@ -819,6 +929,19 @@ fn caches_not_synced_is_a_miss_with_a_warning() {
         body["response"]["warnings"]
             .to_string()
             .contains("not synced")
+    );
+    let patch: Vec<Value> = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(body["response"]["patch"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        patch.iter().any(
+            |op| op["path"].as_str().unwrap().ends_with("model-cache-reason")
+                && op["value"] == "not-synced"
+        ),
+        "{patch:?}"
     );
 }
 
@@ -997,7 +1120,13 @@ fn annotations_created_when_pod_has_no_metadata_annotations() {
     let mut p = model_pod(Value::Null);
     p["metadata"].as_object_mut().unwrap().remove("annotations");
     p["metadata"]["annotations"] = json!({"modelgate.io/model-uri": "hf://org/m"});
-    let a = mutate_with("Pod", "x", p.clone(), &PolicyConfig::default(), &caches());
+    let a = mutate_with(
+        "Pod",
+        "team-c",
+        p.clone(),
+        &PolicyConfig::default(),
+        &caches(),
+    );
     assert_eq!(
         a.patched["metadata"]["annotations"]["modelgate.io/model-cache"],
         "cluster/llama"

@@ -1,23 +1,30 @@
-//! The cache objects as the cluster serves them: the three kinds, their conversion into index
-//! entries, and a one-time list (`review --from-cluster`). The continuous watch is in
-//! [`super::watch`].
+//! The cluster state as the cluster serves it: the watched kinds (KServe's three cache kinds,
+//! PersistentVolumeClaims, Nodes), their conversion into index entries, and a one-time list
+//! (`review --from-cluster`). The continuous watch is in [`super::watch`].
 //!
 //! Objects are read as `DynamicObject`s and converted one by one, so a single object whose spec
 //! does not decode is skipped with a warning instead of failing the whole list of its kind.
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::NodeSelectorTerm;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, PersistentVolumeClaim};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta};
 use serde::de::DeserializeOwned;
 
-use super::objects::{LocalModelCacheSpec, LocalModelNamespaceCacheSpec, LocalModelNodeGroupSpec};
+use super::index::PvcState;
+use super::objects::{
+    LocalModelCacheSpec, LocalModelCacheStatus, LocalModelNamespaceCacheSpec,
+    LocalModelNodeGroupSpec, pvc_state,
+};
 use super::{
     CacheEntry, CacheIndex, LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup,
     node_group_terms,
 };
 
-/// The three watched kinds.
+/// The watched kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// `LocalModelCache` (cluster-scoped).
@@ -26,26 +33,65 @@ pub enum Kind {
     NamespaceCache,
     /// `LocalModelNodeGroup` (cluster-scoped).
     NodeGroup,
+    /// `PersistentVolumeClaim` (watched whole in all namespaces: the phase is in `status`).
+    Pvc,
+    /// `Node` (metadata only: name and labels).
+    Node,
+}
+
+/// How a kind is read: whole objects, or their metadata only (`PartialObjectMetadata`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    Whole,
+    Metadata,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Cache, Kind::NamespaceCache, Kind::NodeGroup];
+    pub const ALL: [Kind; 5] = [
+        Kind::Cache,
+        Kind::NamespaceCache,
+        Kind::NodeGroup,
+        Kind::Pvc,
+        Kind::Node,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Cache => "LocalModelCache",
             Kind::NamespaceCache => "LocalModelNamespaceCache",
             Kind::NodeGroup => "LocalModelNodeGroup",
+            Kind::Pvc => "PersistentVolumeClaim",
+            Kind::Node => "Node",
         }
     }
 
-    /// Group, version, kind and plural, as the derived types declare them.
+    /// Position in [`Kind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Group, version, kind and plural, as the types declare them.
     pub fn api_resource(self) -> ApiResource {
         match self {
             Kind::Cache => ApiResource::erase::<LocalModelCache>(&()),
             Kind::NamespaceCache => ApiResource::erase::<LocalModelNamespaceCache>(&()),
             Kind::NodeGroup => ApiResource::erase::<LocalModelNodeGroup>(&()),
+            Kind::Pvc => ApiResource::erase::<PersistentVolumeClaim>(&()),
+            Kind::Node => ApiResource::erase::<Node>(&()),
         }
+    }
+
+    pub fn reading(self) -> Reading {
+        match self {
+            Kind::Node => Reading::Metadata,
+            _ => Reading::Whole,
+        }
+    }
+
+    /// A kind whose absence (404 on its collection) means "not installed, none exist": the
+    /// custom resources. Core kinds always exist.
+    pub fn is_custom(self) -> bool {
+        matches!(self, Kind::Cache | Kind::NamespaceCache | Kind::NodeGroup)
     }
 
     /// The kind's objects in every namespace.
@@ -63,10 +109,21 @@ impl std::fmt::Display for Kind {
 /// One cluster object, converted once on arrival.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Converted {
-    Cache(CacheEntry),
+    /// Shared with every index built from it.
+    Cache(Arc<CacheEntry>),
     NodeGroup {
         name: String,
         terms: Option<Vec<NodeSelectorTerm>>,
+    },
+    /// Namespace and name are shared with the watch's key and with every index.
+    Pvc {
+        namespace: Arc<str>,
+        name: Arc<str>,
+        state: PvcState,
+    },
+    Node {
+        name: Arc<str>,
+        labels: BTreeMap<String, String>,
     },
 }
 
@@ -75,17 +132,35 @@ impl Converted {
         match self {
             Converted::Cache(entry) => index.upsert_cache(entry.clone()),
             Converted::NodeGroup { name, terms } => index.upsert_node_group(name, terms.clone()),
+            Converted::Pvc {
+                namespace,
+                name,
+                state,
+            } => index.upsert_pvc(namespace.clone(), name.clone(), *state),
+            Converted::Node { name, labels } => index.upsert_node(name.clone(), labels.clone()),
+        }
+    }
+
+    /// The key of a PVC or Node, sharing the converted object's strings (there may be 100 000
+    /// PVCs: one copy of each name, not three).
+    pub(crate) fn shared_key(&self) -> Option<ObjectKey> {
+        match self {
+            Converted::Pvc {
+                namespace, name, ..
+            } => Some((namespace.clone(), name.clone())),
+            Converted::Node { name, .. } => Some((Arc::from(""), name.clone())),
+            _ => None,
         }
     }
 }
 
 /// The identity of an object within its kind: namespace (empty for cluster-scoped) and name.
-pub(crate) type ObjectKey = (String, String);
+pub(crate) type ObjectKey = (Arc<str>, Arc<str>);
 
 pub(crate) fn object_key(obj: &DynamicObject) -> ObjectKey {
     (
-        obj.metadata.namespace.clone().unwrap_or_default(),
-        obj.metadata.name.clone().unwrap_or_default(),
+        Arc::from(obj.metadata.namespace.as_deref().unwrap_or_default()),
+        Arc::from(obj.metadata.name.as_deref().unwrap_or_default()),
     )
 }
 
@@ -106,37 +181,82 @@ fn spec<T: DeserializeOwned>(obj: &mut DynamicObject) -> Result<T, String> {
     serde_json::from_value(spec).map_err(|e| format!("spec does not decode: {e}"))
 }
 
+fn status(obj: &mut DynamicObject) -> Result<Option<LocalModelCacheStatus>, String> {
+    match obj.data.get_mut("status").map(std::mem::take) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(status) => serde_json::from_value(status)
+            .map(Some)
+            .map_err(|e| format!("status does not decode: {e}")),
+    }
+}
+
 /// Converts an object of `kind` into what the index keeps; the error says why it is unusable.
 pub(crate) fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, String> {
     if obj.metadata.name.as_deref().unwrap_or("").is_empty() {
         return Err("has no metadata.name".into());
     }
     let metadata = std::mem::take(&mut obj.metadata);
+    let name = |m: ObjectMeta| m.name.unwrap_or_default();
     let entry = match kind {
         Kind::Cache => {
             let spec: LocalModelCacheSpec = spec(&mut obj)?;
-            CacheEntry::from(&LocalModelCache { metadata, spec })
+            let status = status(&mut obj)?;
+            CacheEntry::from(&LocalModelCache {
+                metadata,
+                spec,
+                status,
+            })
         }
         Kind::NamespaceCache => {
             if metadata.namespace.as_deref().unwrap_or("").is_empty() {
                 return Err("has no metadata.namespace".into());
             }
             let spec: LocalModelNamespaceCacheSpec = spec(&mut obj)?;
-            CacheEntry::from(&LocalModelNamespaceCache { metadata, spec })
+            match (&spec.pvc_ref, spec.node_groups.is_empty()) {
+                (Some(_), false) => {
+                    return Err("sets both spec.pvcRef and spec.nodeGroups (exactly one)".into());
+                }
+                (Some(p), true) if p.is_empty() => return Err("spec.pvcRef is empty".into()),
+                _ => {}
+            }
+            let status = status(&mut obj)?;
+            CacheEntry::from(&LocalModelNamespaceCache {
+                metadata,
+                spec,
+                status,
+            })
         }
         Kind::NodeGroup => {
             let spec: LocalModelNodeGroupSpec = spec(&mut obj)?;
             let group = LocalModelNodeGroup { metadata, spec };
             return Ok(Converted::NodeGroup {
                 terms: node_group_terms(&group),
-                name: group.metadata.name.unwrap_or_default(),
+                name: name(group.metadata),
+            });
+        }
+        Kind::Pvc => {
+            if metadata.namespace.as_deref().unwrap_or("").is_empty() {
+                return Err("has no metadata.namespace".into());
+            }
+            let phase = obj.data.pointer("/status/phase").and_then(|p| p.as_str());
+            let state = pvc_state(&metadata, phase);
+            return Ok(Converted::Pvc {
+                namespace: metadata.namespace.clone().unwrap_or_default().into(),
+                state,
+                name: name(metadata).into(),
+            });
+        }
+        Kind::Node => {
+            return Ok(Converted::Node {
+                labels: metadata.labels.clone().unwrap_or_default(),
+                name: name(metadata).into(),
             });
         }
     };
     if entry.source_model_uri.is_empty() {
         return Err("spec.sourceModelUri is empty".into());
     }
-    Ok(Converted::Cache(entry))
+    Ok(Converted::Cache(Arc::new(entry)))
 }
 
 /// The index to publish: the cluster's objects, then the `--caches` objects, which replace a
@@ -185,7 +305,35 @@ pub struct Listed {
     pub notes: Vec<String>,
 }
 
-/// Lists the three kinds once, in pages of 500, and merges `static_index` over them.
+/// One page of a kind's objects, whole or metadata only as the kind is read.
+async fn list_page(
+    kind: Kind,
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+) -> Result<kube::core::ObjectList<DynamicObject>, kube::Error> {
+    match kind.reading() {
+        Reading::Whole => api.list(params).await,
+        Reading::Metadata => {
+            let page = api.list_metadata(params).await?;
+            Ok(kube::core::ObjectList {
+                types: page.types,
+                metadata: page.metadata,
+                items: page.items.into_iter().map(from_metadata).collect(),
+            })
+        }
+    }
+}
+
+/// A metadata-only object as a `DynamicObject` without data, so every kind converts alike.
+pub(crate) fn from_metadata(p: kube::core::PartialObjectMeta<DynamicObject>) -> DynamicObject {
+    DynamicObject {
+        types: p.types,
+        metadata: p.metadata,
+        data: serde_json::Value::Null,
+    }
+}
+
+/// Lists every kind once, in pages of 500, and merges `static_index` over them.
 pub async fn list_once(
     client: kube::Client,
     static_index: &CacheIndex,
@@ -196,9 +344,9 @@ pub async fn list_once(
         let api = kind.api(client.clone());
         let mut params = ListParams::default().limit(500);
         loop {
-            let page = match api.list(&params).await {
+            let page = match list_page(kind, &api, &params).await {
                 Ok(page) => page,
-                Err(e) if is_not_found(&e) => {
+                Err(e) if kind.is_custom() && is_not_found(&e) => {
                     notes.push(format!("{kind}: the CRD is not installed; none listed"));
                     break;
                 }
@@ -244,7 +392,7 @@ pub(crate) type KindObjects = HashMap<ObjectKey, std::sync::Arc<Converted>>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::CacheScope;
+    use crate::cache::{CacheScope, CacheStorage};
     use serde_json::json;
 
     fn dynamic(v: serde_json::Value) -> DynamicObject {
@@ -253,7 +401,10 @@ mod tests {
 
     #[test]
     fn plural_names_match_the_crds() {
-        let plurals: Vec<_> = Kind::ALL.iter().map(|k| k.api_resource().plural).collect();
+        let plurals: Vec<_> = Kind::ALL[..3]
+            .iter()
+            .map(|k| k.api_resource().plural)
+            .collect();
         assert_eq!(
             plurals,
             [
@@ -265,8 +416,23 @@ mod tests {
         assert!(
             Kind::ALL
                 .iter()
+                .filter(|k| k.is_custom())
                 .all(|k| k.api_resource().api_version == "serving.kserve.io/v1alpha1")
         );
+        let core: Vec<_> = [Kind::Pvc, Kind::Node]
+            .iter()
+            .map(|k| (k.api_resource().api_version, k.api_resource().plural))
+            .collect();
+        assert_eq!(
+            core,
+            [
+                ("v1".to_string(), "persistentvolumeclaims".to_string()),
+                ("v1".to_string(), "nodes".to_string())
+            ]
+        );
+        assert!(Kind::ALL.iter().enumerate().all(|(i, k)| k.index() == i));
+        assert_eq!(Kind::Node.reading(), Reading::Metadata);
+        assert_eq!(Kind::Pvc.reading(), Reading::Whole);
     }
 
     #[test]
@@ -281,12 +447,80 @@ mod tests {
         .unwrap();
         assert_eq!(
             c,
-            Converted::Cache(CacheEntry {
-                scope: CacheScope::Namespace("team-a".into()),
-                name: "m".into(),
-                source_model_uri: "hf://org/m".into(),
-                node_groups: vec!["workers".into()],
-            })
+            Converted::Cache(Arc::new(CacheEntry::new(
+                CacheScope::Namespace("team-a".into()),
+                "m",
+                "hf://org/m",
+                &["workers"]
+            )))
+        );
+        // Status: node statuses as KServe's controller writes them; pvcRef with a Ready condition.
+        let c = convert(
+            Kind::NamespaceCache,
+            dynamic(json!({
+                "metadata": {"name": "m", "namespace": "team-a"},
+                "spec": {"sourceModelUri": "hf://org/m", "pvcRef": "shared"},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "ImportSucceeded"}],
+                           "copies": {"total": 1, "available": 1}}
+            })),
+        )
+        .unwrap();
+        let Converted::Cache(entry) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(entry.storage, CacheStorage::PvcRef("shared".into()));
+        assert!(entry.status.import_ready);
+        let c = convert(
+            Kind::Cache,
+            dynamic(json!({
+                "metadata": {"name": "m"},
+                "spec": {"sourceModelUri": "hf://org/m", "nodeGroups": ["workers"]},
+                "status": {"nodeStatus": {"n1": "NodeDownloaded", "n2": "NodeDownloading"},
+                           "copies": {"total": 2, "available": 1}}
+            })),
+        )
+        .unwrap();
+        let Converted::Cache(entry) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            entry.status.node("n1"),
+            Some(&crate::cache::index::NodeState::Downloaded)
+        );
+        assert_eq!(entry.status.nodes().count(), 2);
+        // PVCs keep phase and deletion mark; Nodes their labels (from metadata only).
+        let c = convert(
+            Kind::Pvc,
+            dynamic(json!({
+                "metadata": {"name": "llama-gpu", "namespace": "team-a",
+                             "deletionTimestamp": "2026-11-30T00:00:00Z"},
+                "spec": {"accessModes": ["ReadOnlyMany"]},
+                "status": {"phase": "Bound"}
+            })),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Converted::Pvc {
+                namespace: "team-a".into(),
+                name: "llama-gpu".into(),
+                state: PvcState {
+                    phase: crate::cache::PvcPhase::Bound,
+                    deleting: true
+                }
+            }
+        );
+        let c = convert(
+            Kind::Node,
+            dynamic(json!({"metadata": {"name": "n1", "labels": {"node-type": "gpu"}}})),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Converted::Node {
+                name: "n1".into(),
+                labels: [("node-type".to_string(), "gpu".to_string())].into()
+            }
         );
         let g = convert(
             Kind::NodeGroup,
@@ -330,6 +564,23 @@ mod tests {
                 json!({"metadata": {}, "spec": {}}),
                 "no metadata.name",
             ),
+            (
+                Kind::NamespaceCache,
+                json!({"metadata": {"name": "x", "namespace": "a"},
+                       "spec": {"sourceModelUri": "hf://m", "pvcRef": "p", "nodeGroups": ["g"]}}),
+                "both spec.pvcRef and spec.nodeGroups",
+            ),
+            (
+                Kind::Cache,
+                json!({"metadata": {"name": "x"}, "spec": {"sourceModelUri": "hf://m"},
+                       "status": {"nodeStatus": ["n1"]}}),
+                "status does not decode",
+            ),
+            (
+                Kind::Pvc,
+                json!({"metadata": {"name": "x"}}),
+                "no metadata.namespace",
+            ),
         ] {
             let e = convert(kind, dynamic(obj)).unwrap_err();
             assert!(e.contains(why), "{e}");
@@ -338,28 +589,39 @@ mod tests {
 
     #[test]
     fn static_objects_replace_cluster_objects_of_the_same_name() {
+        let cache = |uri| CacheEntry::new(CacheScope::Cluster, "shared", uri, &["g"]);
         let cluster = [
-            Converted::Cache(CacheEntry {
-                scope: CacheScope::Cluster,
-                name: "shared".into(),
-                source_model_uri: "hf://cluster".into(),
-                node_groups: vec!["g".into()],
-            }),
+            Converted::Cache(Arc::new(cache("hf://cluster").downloaded_on(&["n1"]))),
             Converted::NodeGroup {
                 name: "g".into(),
                 terms: None,
             },
+            Converted::Node {
+                name: "n1".into(),
+                labels: Default::default(),
+            },
+            Converted::Pvc {
+                namespace: "x".into(),
+                name: "shared-g".into(),
+                state: PvcState {
+                    phase: crate::cache::PvcPhase::Bound,
+                    deleting: false,
+                },
+            },
         ];
         let mut files = CacheIndex::new();
-        files.upsert_cache(CacheEntry {
-            scope: CacheScope::Cluster,
-            name: "shared".into(),
-            source_model_uri: "hf://file".into(),
-            node_groups: vec!["g".into()],
-        });
+        files.upsert_cache(cache("hf://file").downloaded_on(&["n1"]));
         let index = build_index(&files, &cluster);
-        assert_eq!(index.counts(), (0, 1, 1));
-        assert!(index.lookup("x", "hf://cluster", None).is_none());
-        assert!(index.lookup("x", "hf://file", None).is_some());
+        let c = index.counts();
+        assert_eq!(
+            (c.cluster_caches, c.node_groups, c.nodes, c.pvcs),
+            (1, 1, 1, 1)
+        );
+        let lookup = |uri| index.lookup(&crate::cache::LookupRequest::new("x", uri));
+        assert_eq!(
+            lookup("hf://cluster").reason(),
+            Some(crate::cache::MissReason::NoMatch)
+        );
+        assert!(lookup("hf://file").hit().is_some());
     }
 }

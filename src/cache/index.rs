@@ -1,22 +1,142 @@
-//! The in-memory index of model caches: the one place a model URI is matched (SPEC.md §5).
+//! The cluster state modelgate routes by, and the one place a model URI is resolved (SPEC.md §5).
 //!
-//! Caches are keyed by their source URI with one trailing `/` stripped. A lookup walks the model
-//! URI's prefixes that end at a `/` boundary, longest first, and probes a hash map for each, so
-//! its cost depends on the URI's length and not on the number of caches. The namespace scope is
-//! searched completely before the cluster scope.
+//! The index holds the caches (with their `status` and storage mode), the node groups, the
+//! Nodes (name and labels) and the PVCs (namespace, name, phase, deletion mark). It is pure: no
+//! client, no runtime, no clock. A [`lookup`](CacheIndex::lookup) answers hit or miss with its
+//! reason without any API call:
+//!
+//! - matching walks the model URI's prefixes that end at a `/` boundary, longest first, and
+//!   probes a hash map for each: O(URI length), whatever the number of caches;
+//! - the pod's namespace is searched completely before the cluster scope, and precedence picks
+//!   the cache first: a failed check is a miss, never a fall-through to another cache;
+//! - node-group membership is kept per group (updated when a Node or a group changes), with a
+//!   label index, so a `nodeSelector` test costs one hash probe per selector pair plus a walk of
+//!   the smallest matching set that stops at the first node that fits;
+//! - the PVC test is two hash probes; the downloaded nodes are the cache's `NodeDownloaded`
+//!   nodes filtered by O(log n) set probes, which is also the size of the answer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::NodeSelectorTerm;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
-use super::metrics::{LookupCounters, LookupResult};
+use super::metrics::LookupCounters;
+use crate::config::CacheLayout;
 
 /// Which scope a cache comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheScope {
     Namespace(String),
     Cluster,
+}
+
+/// Where a cache keeps its model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheStorage {
+    /// `spec.nodeGroups`: a copy on every node of the groups, served through the PVC
+    /// `<cache>-<nodegroup>` that KServe creates in the namespaces that use the cache.
+    NodeGroups(Vec<String>),
+    /// `spec.pvcRef` (namespace caches only): one copy on the user's PVC of that name, in the
+    /// cache's namespace.
+    PvcRef(String),
+}
+
+/// A node's entry in `status.nodeStatus` (KServe's `NodeStatus`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    Downloaded,
+    Downloading,
+    DownloadPending,
+    DownloadError,
+    NotReady,
+    /// A value this code does not know, kept for messages.
+    Other(Box<str>),
+}
+
+impl NodeState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            NodeState::Downloaded => "NodeDownloaded",
+            NodeState::Downloading => "NodeDownloading",
+            NodeState::DownloadPending => "NodeDownloadPending",
+            NodeState::DownloadError => "NodeDownloadError",
+            NodeState::NotReady => "NodeNotReady",
+            NodeState::Other(s) => s,
+        }
+    }
+}
+
+impl From<&str> for NodeState {
+    fn from(s: &str) -> Self {
+        match s {
+            "NodeDownloaded" => NodeState::Downloaded,
+            "NodeDownloading" => NodeState::Downloading,
+            "NodeDownloadPending" => NodeState::DownloadPending,
+            "NodeDownloadError" => NodeState::DownloadError,
+            "NodeNotReady" => NodeState::NotReady,
+            other => NodeState::Other(other.into()),
+        }
+    }
+}
+
+/// What the cache's `status` says about the model's download.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// `status.nodeStatus`, sorted by node name. A boxed slice, not a map: a cache has a few
+    /// entries and there may be 100 000 caches.
+    node_status: Box<[(Box<str>, NodeState)]>,
+    /// pvcRef mode: the import finished (a `Ready` condition with status `True`, or
+    /// `copies.available` ≥ 1).
+    pub import_ready: bool,
+    /// Whether the object had a `status` at all (for the miss message).
+    pub reported: bool,
+}
+
+impl CacheStatus {
+    /// A status from `status.nodeStatus` entries (in any order; a repeated node keeps the last).
+    pub fn new<'a>(
+        node_status: impl IntoIterator<Item = (&'a str, &'a str)>,
+        import_ready: bool,
+    ) -> Self {
+        let mut entries: Vec<(Box<str>, NodeState)> = node_status
+            .into_iter()
+            .map(|(n, s)| (Box::from(n), NodeState::from(s)))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                std::mem::swap(later, earlier);
+            }
+            same
+        });
+        CacheStatus {
+            node_status: entries.into_boxed_slice(),
+            import_ready,
+            reported: true,
+        }
+    }
+
+    /// Sets one node's state.
+    pub fn set_node(&mut self, node: &str, state: &str) {
+        let entries = self.node_status.iter().map(|(n, s)| (&**n, s.as_str()));
+        let mut all: Vec<(&str, &str)> = entries.filter(|(n, _)| *n != node).collect();
+        all.push((node, state));
+        let ready = self.import_ready;
+        *self = CacheStatus::new(all, ready);
+    }
+
+    /// `status.nodeStatus` by node name.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &NodeState)> {
+        self.node_status.iter().map(|(n, s)| (&**n, s))
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.node_status
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .ok()
+            .map(|i| &self.node_status[i].1)
+    }
 }
 
 /// One cache object as the index keeps it.
@@ -26,25 +146,242 @@ pub struct CacheEntry {
     pub name: String,
     /// `spec.sourceModelUri` exactly as written (the storage key hashes this).
     pub source_model_uri: String,
-    pub node_groups: Vec<String>,
+    /// [`storage_key`] of `source_model_uri`, computed once when the entry is made.
+    pub storage_key: String,
+    pub storage: CacheStorage,
+    pub status: CacheStatus,
 }
 
 impl CacheEntry {
+    /// A nodeGroups-mode cache without status.
+    pub fn new(
+        scope: CacheScope,
+        name: &str,
+        source_model_uri: &str,
+        node_groups: &[&str],
+    ) -> Self {
+        CacheEntry {
+            scope,
+            name: name.into(),
+            source_model_uri: source_model_uri.into(),
+            storage_key: storage_key(source_model_uri),
+            storage: CacheStorage::NodeGroups(node_groups.iter().map(|g| g.to_string()).collect()),
+            status: CacheStatus::default(),
+        }
+    }
+
+    /// The same cache with `nodes` reported as `NodeDownloaded`.
+    pub fn downloaded_on(mut self, nodes: &[&str]) -> Self {
+        for n in nodes {
+            self.status.set_node(n, "NodeDownloaded");
+        }
+        self
+    }
+
     pub fn kind(&self) -> &'static str {
         match self.scope {
             CacheScope::Namespace(_) => "LocalModelNamespaceCache",
             CacheScope::Cluster => "LocalModelCache",
         }
     }
+
+    /// `LocalModelNamespaceCache team-a/m` or `LocalModelCache m`, for messages.
+    pub fn describe(&self) -> String {
+        match &self.scope {
+            CacheScope::Namespace(ns) => format!("{} {ns}/{}", self.kind(), self.name),
+            CacheScope::Cluster => format!("{} {}", self.kind(), self.name),
+        }
+    }
+
+    /// `namespace/<ns>/<name>` or `cluster/<name>`: the `modelgate.io/model-cache` annotation.
+    pub fn reference(&self) -> String {
+        match &self.scope {
+            CacheScope::Namespace(ns) => format!("namespace/{ns}/{}", self.name),
+            CacheScope::Cluster => format!("cluster/{}", self.name),
+        }
+    }
+
+    pub fn node_groups(&self) -> &[String] {
+        match &self.storage {
+            CacheStorage::NodeGroups(g) => g,
+            CacheStorage::PvcRef(_) => &[],
+        }
+    }
 }
 
-/// The answer to a lookup: the winning cache and the node group whose volume holds the model.
+/// `status.phase` of a PVC, as far as routing cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvcPhase {
+    Pending,
+    Bound,
+    Lost,
+    /// No phase reported yet, or one this code does not know.
+    Unknown,
+}
+
+impl PvcPhase {
+    pub fn parse(phase: Option<&str>) -> Self {
+        match phase {
+            Some("Pending") => PvcPhase::Pending,
+            Some("Bound") => PvcPhase::Bound,
+            Some("Lost") => PvcPhase::Lost,
+            _ => PvcPhase::Unknown,
+        }
+    }
+}
+
+/// What the index keeps of a PersistentVolumeClaim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PvcState {
+    pub phase: PvcPhase,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+/// Why a model is not mounted from a cache (the `modelgate.io/model-cache-reason` annotation and
+/// the `reason` label of `modelgate_cache_lookups_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MissReason {
+    NoMatch,
+    OptedOut,
+    KserveManaged,
+    NodeGroupMismatch,
+    PvcMissing,
+    NotDownloaded,
+    NotSynced,
+}
+
+impl MissReason {
+    pub const ALL: [MissReason; 7] = [
+        MissReason::NoMatch,
+        MissReason::OptedOut,
+        MissReason::KserveManaged,
+        MissReason::NodeGroupMismatch,
+        MissReason::PvcMissing,
+        MissReason::NotDownloaded,
+        MissReason::NotSynced,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::NoMatch => "no-match",
+            MissReason::OptedOut => "opted-out",
+            MissReason::KserveManaged => "kserve-managed",
+            MissReason::NodeGroupMismatch => "node-group-mismatch",
+            MissReason::PvcMissing => "pvc-missing",
+            MissReason::NotDownloaded => "not-downloaded",
+            MissReason::NotSynced => "not-synced",
+        }
+    }
+}
+
+impl std::fmt::Display for MissReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a lookup is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct LookupRequest<'a> {
+    /// The namespace the pod runs in.
+    pub namespace: &'a str,
+    pub model_uri: &'a str,
+    /// `modelgate.io/node-group`, else `serving.kserve.io/nodegroup`.
+    pub node_group: Option<&'a str>,
+    /// The pod's `spec.nodeSelector`.
+    pub node_selector: Option<&'a BTreeMap<String, String>>,
+    pub layout: CacheLayout,
+}
+
+impl<'a> LookupRequest<'a> {
+    /// A request without node group or nodeSelector, in the default layout.
+    pub fn new(namespace: &'a str, model_uri: &'a str) -> Self {
+        LookupRequest {
+            namespace,
+            model_uri,
+            node_group: None,
+            node_selector: None,
+            layout: CacheLayout::StorageKey,
+        }
+    }
+}
+
+/// A hit: everything the patch needs.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CacheMatch {
+pub struct Hit {
     pub cache: Arc<CacheEntry>,
+    /// The claim to mount, in the pod's namespace.
+    pub pvc: String,
+    /// The model's directory under `models/` (storage key or cache name).
+    pub dir: String,
+    /// The model URI after the (trimmed) cache URI: empty or starting with `/`.
+    pub sub_path: String,
+    /// nodeGroups mode: the chosen group, its PV's required node terms (`None`: the PV has no
+    /// node affinity) and the group's nodes with `NodeDownloaded` that fit the pod's
+    /// nodeSelector, sorted. pvcRef mode: `None`.
+    pub placement: Option<Placement>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement {
     pub node_group: String,
-    /// `persistentVolumeSpec.nodeAffinity.required.nodeSelectorTerms` of that node group, if any.
-    pub required_node_terms: Option<Arc<[NodeSelectorTerm]>>,
+    pub required_terms: Option<Arc<[NodeSelectorTerm]>>,
+    pub nodes: Vec<String>,
+}
+
+impl Hit {
+    /// `models/<dir><sub-path>`: the mount's subPath.
+    pub fn volume_sub_path(&self) -> String {
+        format!("models/{}{}", self.dir, self.sub_path)
+    }
+
+    /// `pvc://<pvc>/models/<dir><sub-path>`.
+    pub fn resolved_uri(&self) -> String {
+        format!("pvc://{}/{}", self.pvc, self.volume_sub_path())
+    }
+}
+
+/// A miss: the reason, and when a cache matched, which one and what it lacked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Miss {
+    pub reason: MissReason,
+    pub cache: Option<Arc<CacheEntry>>,
+    /// The object or state that is missing, e.g. `PVC team-b/llama-gpu does not exist`.
+    pub missing: Option<String>,
+}
+
+impl Miss {
+    pub fn because(reason: MissReason) -> Self {
+        Miss {
+            reason,
+            cache: None,
+            missing: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    Hit(Hit),
+    Miss(Miss),
+}
+
+impl Lookup {
+    pub fn hit(&self) -> Option<&Hit> {
+        match self {
+            Lookup::Hit(h) => Some(h),
+            Lookup::Miss(_) => None,
+        }
+    }
+
+    /// The miss reason, `None` for a hit.
+    pub fn reason(&self) -> Option<MissReason> {
+        match self {
+            Lookup::Hit(_) => None,
+            Lookup::Miss(m) => Some(m.reason),
+        }
+    }
 }
 
 /// Strips one trailing `/`, as matching requires for both URIs.
@@ -52,66 +389,69 @@ pub fn trim_uri(uri: &str) -> &str {
     uri.strip_suffix('/').unwrap_or(uri)
 }
 
+/// The first 16 hex digits of SHA-256 of the cache's `sourceModelUri` as written (KServe's
+/// `GetStorageKey`).
+pub fn storage_key(source_model_uri: &str) -> String {
+    use sha2::{Digest, Sha256};
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(source_model_uri.as_bytes());
+    digest[..8]
+        .iter()
+        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
+        .map(char::from)
+        .collect()
+}
+
 /// Caches of one scope (one namespace, or the cluster).
 #[derive(Clone, Debug, Default)]
 struct Scope {
-    /// trimmed source URI → caches with that URI, ordered by name.
-    by_uri: HashMap<String, BTreeMap<String, Arc<CacheEntry>>>,
-    /// name → trimmed source URI, to find the old entry on update and delete.
-    uri_of: HashMap<String, String>,
+    /// trimmed source URI → caches with that URI, sorted by name (nearly always one: a vector,
+    /// since a map per URI would cost more than the entry at 100 000 caches).
+    by_uri: HashMap<Box<str>, Vec<Arc<CacheEntry>>>,
+    /// name → entry, to find the old entry on update and delete.
+    by_name: HashMap<String, Arc<CacheEntry>>,
 }
 
 impl Scope {
-    fn upsert(&mut self, entry: CacheEntry) {
+    fn upsert(&mut self, entry: Arc<CacheEntry>) {
         self.remove(&entry.name);
-        let key = trim_uri(&entry.source_model_uri).to_string();
-        self.uri_of.insert(entry.name.clone(), key.clone());
-        self.by_uri
-            .entry(key)
-            .or_default()
-            .insert(entry.name.clone(), Arc::new(entry));
+        self.by_name.insert(entry.name.clone(), entry.clone());
+        let set = self
+            .by_uri
+            .entry(trim_uri(&entry.source_model_uri).into())
+            .or_default();
+        let at = set.partition_point(|e| e.name < entry.name);
+        set.insert(at, entry);
     }
 
     fn remove(&mut self, name: &str) -> bool {
-        let Some(key) = self.uri_of.remove(name) else {
+        let Some(old) = self.by_name.remove(name) else {
             return false;
         };
-        if let Some(set) = self.by_uri.get_mut(&key) {
-            set.remove(name);
+        let key = trim_uri(&old.source_model_uri);
+        if let Some(set) = self.by_uri.get_mut(key) {
+            set.retain(|e| e.name != name);
             if set.is_empty() {
-                self.by_uri.remove(&key);
+                self.by_uri.remove(key);
             }
         }
         true
     }
 
     fn len(&self) -> usize {
-        self.uri_of.len()
+        self.by_name.len()
     }
 
-    /// Longest matching cache URI first, then the smallest name; a cache that does not serve the
-    /// node group (the requested one, or else any at all) is skipped.
-    fn lookup(
-        &self,
-        model_uri: &str,
-        node_group: Option<&str>,
-    ) -> Option<(Arc<CacheEntry>, String)> {
+    fn entries(&self) -> impl Iterator<Item = &Arc<CacheEntry>> {
+        self.by_name.values()
+    }
+
+    /// The longest matching cache URI, then the smallest name.
+    fn find(&self, model_uri: &str) -> Option<&Arc<CacheEntry>> {
         let model = trim_uri(model_uri);
-        for prefix in prefixes_longest_first(model) {
-            let Some(set) = self.by_uri.get(prefix) else {
-                continue;
-            };
-            for entry in set.values() {
-                let group = match node_group {
-                    Some(g) => entry.node_groups.iter().find(|n| *n == g),
-                    None => entry.node_groups.first(),
-                };
-                if let Some(group) = group {
-                    return Some((entry.clone(), group.clone()));
-                }
-            }
-        }
-        None
+        prefixes_longest_first(model)
+            .find_map(|prefix| self.by_uri.get(prefix))
+            .and_then(|set| set.first())
     }
 }
 
@@ -120,13 +460,144 @@ fn prefixes_longest_first(uri: &str) -> impl Iterator<Item = &str> {
     std::iter::once(uri).chain(uri.rmatch_indices('/').map(move |(i, _)| &uri[..i]))
 }
 
-/// All caches modelgate knows, by scope, plus the node groups' required node terms.
+type Labels = BTreeMap<String, String>;
+
+/// A node group: its PV's required node terms and the known Nodes they admit.
+#[derive(Clone, Debug, Default)]
+struct NodeGroup {
+    /// `None`: the PV has no required node affinity, so every node is admitted.
+    terms: Option<Arc<[NodeSelectorTerm]>>,
+    members: BTreeSet<Arc<str>>,
+    /// label key → value → members with that label.
+    by_label: HashMap<String, HashMap<String, BTreeSet<Arc<str>>>>,
+}
+
+impl NodeGroup {
+    fn admits(&self, name: &str, labels: &Labels) -> bool {
+        match &self.terms {
+            None => true,
+            Some(terms) => terms.iter().any(|t| term_matches(t, name, labels)),
+        }
+    }
+
+    fn add(&mut self, name: &Arc<str>, labels: &Labels) {
+        self.members.insert(name.clone());
+        for (k, v) in labels {
+            self.by_label
+                .entry(k.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+    }
+
+    fn remove(&mut self, name: &str, labels: &Labels) {
+        if !self.members.remove(name) {
+            return;
+        }
+        for (k, v) in labels {
+            let Some(values) = self.by_label.get_mut(k) else {
+                continue;
+            };
+            if let Some(set) = values.get_mut(v) {
+                set.remove(name);
+                if set.is_empty() {
+                    values.remove(v);
+                }
+            }
+            if values.is_empty() {
+                self.by_label.remove(k);
+            }
+        }
+    }
+
+    /// Some member satisfies `selector` (every pair present with that value).
+    fn fits_selector(&self, selector: &Labels, nodes: &HashMap<Arc<str>, Labels>) -> bool {
+        if selector.is_empty() {
+            return !self.members.is_empty();
+        }
+        let mut smallest: Option<&BTreeSet<Arc<str>>> = None;
+        for (k, v) in selector {
+            match self.by_label.get(k).and_then(|values| values.get(v)) {
+                None => return false,
+                Some(set) if smallest.is_none_or(|s| set.len() < s.len()) => smallest = Some(set),
+                Some(_) => {}
+            }
+        }
+        let Some(candidates) = smallest else {
+            return false;
+        };
+        if selector.len() == 1 {
+            return true;
+        }
+        candidates.iter().any(|n| {
+            nodes
+                .get(n)
+                .is_some_and(|labels| selector_matches(selector, labels))
+        })
+    }
+}
+
+fn selector_matches(selector: &Labels, labels: &Labels) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Kubernetes' node selector term semantics: every requirement holds; an empty term matches no
+/// node.
+pub fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &Labels) -> bool {
+    let expressions = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if expressions.is_empty() && fields.is_empty() {
+        return false;
+    }
+    expressions
+        .iter()
+        .all(|r| requirement_holds(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            let value = (r.key == "metadata.name").then_some(name);
+            matches!(r.operator.as_str(), "In" | "NotIn") && requirement_holds(r, value)
+        })
+}
+
+fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    let compare = |ord: std::cmp::Ordering| match (value.and_then(number), values) {
+        (Some(have), [limit]) => number(limit).is_some_and(|l| have.cmp(&l) == ord),
+        _ => false,
+    };
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| values.iter().all(|x| x != v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => compare(std::cmp::Ordering::Greater),
+        "Lt" => compare(std::cmp::Ordering::Less),
+        _ => false,
+    }
+}
+
+/// Counts of the objects in the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub namespace_caches: usize,
+    pub cluster_caches: usize,
+    pub node_groups: usize,
+    pub pvcs: usize,
+    pub nodes: usize,
+}
+
+/// The cluster state, by scope and kind.
 #[derive(Clone, Debug, Default)]
 pub struct CacheIndex {
     namespaces: HashMap<String, Scope>,
     cluster: Scope,
-    node_groups: HashMap<String, Option<Arc<[NodeSelectorTerm]>>>,
-    /// Counts every lookup by result (the server's `modelgate_cache_lookups_total`).
+    node_groups: HashMap<String, NodeGroup>,
+    nodes: HashMap<Arc<str>, Labels>,
+    /// namespace → claim name → state. Shared strings: the watch keeps the same ones.
+    pvcs: HashMap<Arc<str>, HashMap<Arc<str>, PvcState>>,
+    /// Counts every lookup by result and reason (the server's `modelgate_cache_lookups_total`).
     counters: Option<LookupCounters>,
 }
 
@@ -135,7 +606,10 @@ impl CacheIndex {
         Self::default()
     }
 
-    pub fn upsert_cache(&mut self, entry: CacheEntry) {
+    /// Adds or replaces a cache (by scope and name). An `Arc` is shared, not copied: the watch
+    /// keeps its converted objects and every rebuilt index points at the same entries.
+    pub fn upsert_cache(&mut self, entry: impl Into<Arc<CacheEntry>>) {
+        let entry = entry.into();
         match &entry.scope {
             CacheScope::Cluster => self.cluster.upsert(entry),
             CacheScope::Namespace(ns) => {
@@ -160,245 +634,307 @@ impl CacheIndex {
         }
     }
 
+    /// Adds or replaces a node group; its members are found among the known Nodes.
     pub fn upsert_node_group(&mut self, name: &str, required_terms: Option<Vec<NodeSelectorTerm>>) {
-        self.node_groups
-            .insert(name.to_string(), required_terms.map(Arc::from));
+        let mut group = NodeGroup {
+            terms: required_terms.map(Arc::from),
+            ..NodeGroup::default()
+        };
+        for (node, labels) in &self.nodes {
+            if group.admits(node, labels) {
+                group.add(node, labels);
+            }
+        }
+        self.node_groups.insert(name.to_string(), group);
     }
 
     pub fn remove_node_group(&mut self, name: &str) -> bool {
         self.node_groups.remove(name).is_some()
     }
 
-    /// Adds every cache and node group of `other`, replacing those of the same scope and name.
+    /// Adds or replaces a Node (name and labels).
+    pub fn upsert_node(&mut self, name: impl Into<Arc<str>>, labels: Labels) {
+        let name: Arc<str> = name.into();
+        self.remove_node(&name);
+        for group in self.node_groups.values_mut() {
+            if group.admits(&name, &labels) {
+                group.add(&name, &labels);
+            }
+        }
+        self.nodes.insert(name, labels);
+    }
+
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        let Some(labels) = self.nodes.remove(name) else {
+            return false;
+        };
+        for group in self.node_groups.values_mut() {
+            group.remove(name, &labels);
+        }
+        true
+    }
+
+    pub fn upsert_pvc(
+        &mut self,
+        namespace: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+        state: PvcState,
+    ) {
+        self.pvcs
+            .entry(namespace.into())
+            .or_default()
+            .insert(name.into(), state);
+    }
+
+    pub fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
+        let Some(claims) = self.pvcs.get_mut(namespace) else {
+            return false;
+        };
+        let removed = claims.remove(name).is_some();
+        if claims.is_empty() {
+            self.pvcs.remove(namespace);
+        }
+        removed
+    }
+
+    /// Adds every object of `other`, replacing those of the same kind, scope and name.
     pub fn merge(&mut self, other: &CacheIndex) {
         let scopes = other.namespaces.values().chain([&other.cluster]);
-        for entry in scopes.flat_map(|s| s.by_uri.values().flat_map(BTreeMap::values)) {
-            self.upsert_cache(CacheEntry::clone(entry));
+        for entry in scopes.flat_map(Scope::entries) {
+            self.upsert_cache(entry.clone());
         }
-        for (name, terms) in &other.node_groups {
-            self.node_groups.insert(name.to_string(), terms.clone());
+        for (name, labels) in &other.nodes {
+            self.upsert_node(name.clone(), labels.clone());
+        }
+        for (name, group) in &other.node_groups {
+            self.upsert_node_group(name, group.terms.as_deref().map(<[_]>::to_vec));
+        }
+        for (ns, claims) in &other.pvcs {
+            for (name, state) in claims {
+                self.upsert_pvc(ns.clone(), name.clone(), *state);
+            }
         }
     }
 
-    /// From now on every [`lookup`](Self::lookup) is counted in `counters`.
+    /// From now on every lookup and every miss decided before one is counted in `counters`.
     pub fn count_lookups(&mut self, counters: LookupCounters) {
         self.counters = Some(counters);
     }
 
-    /// Number of namespace caches, cluster caches and node groups.
-    pub fn counts(&self) -> (usize, usize, usize) {
-        let ns = self.namespaces.values().map(Scope::len).sum();
-        (ns, self.cluster.len(), self.node_groups.len())
+    pub fn counts(&self) -> Counts {
+        Counts {
+            namespace_caches: self.namespaces.values().map(Scope::len).sum(),
+            cluster_caches: self.cluster.len(),
+            node_groups: self.node_groups.len(),
+            pvcs: self.pvcs.values().map(HashMap::len).sum(),
+            nodes: self.nodes.len(),
+        }
     }
 
-    /// Resolves `model_uri` for a pod in `namespace`: that namespace's caches first, then the
-    /// cluster's. Caches of other namespaces are never considered.
-    pub fn lookup(
-        &self,
-        namespace: &str,
-        model_uri: &str,
-        node_group: Option<&str>,
-    ) -> Option<CacheMatch> {
+    /// Counts an answer given without a lookup (opted out, KServe-managed, not synced).
+    pub fn record_miss(&self, reason: MissReason) {
+        if let Some(c) = &self.counters {
+            c.record_miss(reason);
+        }
+    }
+
+    /// Resolves a model URI for a pod: the cache by precedence, then the node group, then the
+    /// checks of SPEC.md §5 in order.
+    pub fn lookup(&self, req: &LookupRequest) -> Lookup {
+        let answer = self.resolve(req);
+        if let Some(c) = &self.counters {
+            match &answer {
+                Lookup::Hit(h) => c.record_hit(&h.cache.scope),
+                Lookup::Miss(m) => c.record_miss(m.reason),
+            }
+        }
+        answer
+    }
+
+    fn resolve(&self, req: &LookupRequest) -> Lookup {
         let found = self
             .namespaces
-            .get(namespace)
-            .and_then(|s| s.lookup(model_uri, node_group))
-            .or_else(|| self.cluster.lookup(model_uri, node_group));
-        if let Some(counters) = &self.counters {
-            counters.record(match &found {
-                Some((c, _)) if c.scope == CacheScope::Cluster => LookupResult::Cluster,
-                Some(_) => LookupResult::Namespace,
-                None => LookupResult::Miss,
-            });
+            .get(req.namespace)
+            .and_then(|s| s.find(req.model_uri))
+            .or_else(|| self.cluster.find(req.model_uri));
+        let Some(cache) = found else {
+            return Lookup::Miss(Miss::because(MissReason::NoMatch));
+        };
+        let miss = |reason, missing: String| {
+            Lookup::Miss(Miss {
+                reason,
+                cache: Some(cache.clone()),
+                missing: Some(missing),
+            })
+        };
+        let sub_path = trim_uri(req.model_uri)[trim_uri(&cache.source_model_uri).len()..].into();
+        match &cache.storage {
+            CacheStorage::PvcRef(pvc) => {
+                // KServe's shared-PVC mode exists only in releases that use the storage key.
+                if let Err(missing) = self.check_pvc(req.namespace, pvc) {
+                    return miss(MissReason::PvcMissing, missing);
+                }
+                if !cache.status.import_ready {
+                    return miss(
+                        MissReason::NotDownloaded,
+                        format!(
+                            "its import onto PVC {}/{pvc} has not finished (no Ready condition \
+                             with status True, no copies.available)",
+                            req.namespace
+                        ),
+                    );
+                }
+                Lookup::Hit(Hit {
+                    pvc: pvc.clone(),
+                    dir: cache.storage_key.clone(),
+                    sub_path,
+                    placement: None,
+                    cache: cache.clone(),
+                })
+            }
+            CacheStorage::NodeGroups(groups) => {
+                let no_selector = Labels::new();
+                let selector = req.node_selector.unwrap_or(&no_selector);
+                let (group_name, group) = match self.choose_group(groups, req.node_group, selector)
+                {
+                    Ok(chosen) => chosen,
+                    Err(missing) => return miss(MissReason::NodeGroupMismatch, missing),
+                };
+                let pvc = format!("{}-{group_name}", cache.name);
+                if let Err(missing) = self.check_pvc(req.namespace, &pvc) {
+                    return miss(MissReason::PvcMissing, missing);
+                }
+                let nodes: Vec<String> = cache
+                    .status
+                    .nodes()
+                    .filter(|(node, state)| {
+                        **state == NodeState::Downloaded
+                            && group.members.contains(*node)
+                            && self
+                                .nodes
+                                .get(*node)
+                                .is_some_and(|labels| selector_matches(selector, labels))
+                    })
+                    .map(|(node, _)| node.to_string())
+                    .collect();
+                if nodes.is_empty() {
+                    return miss(
+                        MissReason::NotDownloaded,
+                        self.why_not_downloaded(cache, group_name),
+                    );
+                }
+                let dir = match req.layout {
+                    CacheLayout::StorageKey => cache.storage_key.clone(),
+                    CacheLayout::CacheName => cache.name.clone(),
+                };
+                Lookup::Hit(Hit {
+                    pvc,
+                    dir,
+                    sub_path,
+                    placement: Some(Placement {
+                        node_group: group_name.to_string(),
+                        required_terms: group.terms.clone(),
+                        nodes,
+                    }),
+                    cache: cache.clone(),
+                })
+            }
         }
-        let (cache, node_group) = found?;
-        let required_node_terms = self.node_groups.get(&node_group).cloned().flatten();
-        Some(CacheMatch {
-            cache,
-            node_group,
-            required_node_terms,
-        })
     }
+
+    /// The requested group (it must be listed and fit), else the first listed group that has a
+    /// node fitting the pod's nodeSelector.
+    fn choose_group<'a>(
+        &'a self,
+        listed: &'a [String],
+        requested: Option<&'a str>,
+        selector: &Labels,
+    ) -> Result<(&'a str, &'a NodeGroup), String> {
+        let fits = |name: &str| -> Result<&NodeGroup, String> {
+            let group = self
+                .node_groups
+                .get(name)
+                .ok_or_else(|| format!("LocalModelNodeGroup {name} does not exist"))?;
+            // Without a nodeSelector the group's own check (a downloaded node) decides.
+            if selector.is_empty() || group.fits_selector(selector, &self.nodes) {
+                Ok(group)
+            } else {
+                Err(format!(
+                    "no Node of LocalModelNodeGroup {name} matches the pod's nodeSelector {}",
+                    render_selector(selector)
+                ))
+            }
+        };
+        if let Some(name) = requested {
+            if !listed.iter().any(|g| g == name) {
+                return Err(format!(
+                    "it does not list the requested node group {name} (nodeGroups: {})",
+                    listed.join(", ")
+                ));
+            }
+            return fits(name).map(|g| (name, g));
+        }
+        let mut reasons = Vec::new();
+        for name in listed {
+            match fits(name) {
+                Ok(g) => return Ok((name, g)),
+                Err(why) => reasons.push(why),
+            }
+        }
+        if reasons.is_empty() {
+            return Err("it lists no node group".into());
+        }
+        Err(reasons.join("; "))
+    }
+
+    /// The PVC exists in `namespace`, is not being deleted and is not `Lost`.
+    fn check_pvc(&self, namespace: &str, name: &str) -> Result<(), String> {
+        match self.pvcs.get(namespace).and_then(|c| c.get(name)) {
+            None => Err(format!("PVC {namespace}/{name} does not exist")),
+            Some(s) if s.deleting => Err(format!("PVC {namespace}/{name} is being deleted")),
+            Some(s) if s.phase == PvcPhase::Lost => Err(format!("PVC {namespace}/{name} is Lost")),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn why_not_downloaded(&self, cache: &CacheEntry, group: &str) -> String {
+        if !cache.status.reported {
+            return format!(
+                "no node of group {group} has NodeDownloaded ({} has no status.nodeStatus)",
+                cache.describe()
+            );
+        }
+        let mut notes = Vec::new();
+        for (node, state) in cache.status.nodes() {
+            let note = if *state != NodeState::Downloaded {
+                format!("{node} {}", state.as_str())
+            } else if !self.nodes.contains_key(node) {
+                format!("{node} NodeDownloaded but Node {node} does not exist")
+            } else if !self.node_groups[group].members.contains(node) {
+                format!("{node} NodeDownloaded but not in node group {group}")
+            } else {
+                format!("{node} NodeDownloaded but outside the pod's nodeSelector")
+            };
+            notes.push(note);
+            if notes.len() == 5 {
+                notes.push("…".into());
+                break;
+            }
+        }
+        if notes.is_empty() {
+            notes.push("status.nodeStatus is empty".into());
+        }
+        format!(
+            "no node of group {group} has NodeDownloaded ({})",
+            notes.join(", ")
+        )
+    }
+}
+
+fn render_selector(selector: &Labels) -> String {
+    let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(", "))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cache(scope: CacheScope, name: &str, uri: &str, groups: &[&str]) -> CacheEntry {
-        CacheEntry {
-            scope,
-            name: name.into(),
-            source_model_uri: uri.into(),
-            node_groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
-
-    fn ns(n: &str) -> CacheScope {
-        CacheScope::Namespace(n.into())
-    }
-
-    fn hit(
-        idx: &CacheIndex,
-        namespace: &str,
-        uri: &str,
-        group: Option<&str>,
-    ) -> Option<(String, String)> {
-        idx.lookup(namespace, uri, group).map(|m| {
-            let who = match &m.cache.scope {
-                CacheScope::Namespace(n) => format!("{n}/{}", m.cache.name),
-                CacheScope::Cluster => format!("cluster/{}", m.cache.name),
-            };
-            (who, m.node_group)
-        })
-    }
-
-    #[test]
-    fn prefixes_stop_at_slash_boundaries() {
-        let p: Vec<_> = prefixes_longest_first("gs://b/model/v1").collect();
-        assert_eq!(
-            p,
-            ["gs://b/model/v1", "gs://b/model", "gs://b", "gs:/", "gs:"]
-        );
-    }
-
-    #[test]
-    fn equal_or_slash_prefix_matches_and_lookalike_does_not() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "m", "gs://b/model", &["g"]));
-        assert!(hit(&idx, "a", "gs://b/model", None).is_some());
-        assert!(hit(&idx, "a", "gs://b/model/sub/dir", None).is_some());
-        assert_eq!(hit(&idx, "a", "gs://b/model-evil", None), None);
-        assert_eq!(hit(&idx, "a", "gs://b/mode", None), None);
-        // Case-sensitive.
-        assert_eq!(hit(&idx, "a", "gs://b/Model", None), None);
-    }
-
-    #[test]
-    fn one_trailing_slash_is_ignored_on_both_sides() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "m", "s3://b/m/", &["g"]));
-        assert!(hit(&idx, "a", "s3://b/m", None).is_some());
-        assert!(hit(&idx, "a", "s3://b/m/", None).is_some());
-        assert!(hit(&idx, "a", "s3://b/m/x", None).is_some());
-        // Only one slash is stripped.
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "m", "s3://b/m//", &["g"]));
-        assert_eq!(hit(&idx, "a", "s3://b/m", None), None);
-    }
-
-    #[test]
-    fn own_namespace_beats_cluster_even_when_cluster_is_longer() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "long", "hf://org/m/v1", &["g"]));
-        idx.upsert_cache(cache(ns("team-a"), "short", "hf://org", &["g"]));
-        assert_eq!(
-            hit(&idx, "team-a", "hf://org/m/v1", None).unwrap().0,
-            "team-a/short"
-        );
-        // Another namespace never sees team-a's cache.
-        assert_eq!(
-            hit(&idx, "team-b", "hf://org/m/v1", None).unwrap().0,
-            "cluster/long"
-        );
-        assert_eq!(hit(&idx, "team-b", "hf://org/other", None), None);
-    }
-
-    #[test]
-    fn longest_uri_then_smallest_name_wins() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "a-short", "hf://org", &["g"]));
-        idx.upsert_cache(cache(CacheScope::Cluster, "z-long", "hf://org/m", &["g"]));
-        idx.upsert_cache(cache(CacheScope::Cluster, "b-long", "hf://org/m/", &["g"]));
-        assert_eq!(
-            hit(&idx, "x", "hf://org/m/f", None).unwrap().0,
-            "cluster/b-long"
-        );
-        assert_eq!(
-            hit(&idx, "x", "hf://org/n", None).unwrap().0,
-            "cluster/a-short"
-        );
-    }
-
-    #[test]
-    fn node_group_filters_and_defaults_to_the_first() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "a", "hf://m", &["cpu", "gpu"]));
-        idx.upsert_cache(cache(CacheScope::Cluster, "b", "hf://m", &["tpu"]));
-        assert_eq!(
-            hit(&idx, "x", "hf://m", None).unwrap(),
-            ("cluster/a".into(), "cpu".into())
-        );
-        assert_eq!(
-            hit(&idx, "x", "hf://m", Some("gpu")).unwrap(),
-            ("cluster/a".into(), "gpu".into())
-        );
-        assert_eq!(
-            hit(&idx, "x", "hf://m", Some("tpu")).unwrap(),
-            ("cluster/b".into(), "tpu".into())
-        );
-        assert_eq!(hit(&idx, "x", "hf://m", Some("arm")), None);
-        // A cache without node groups cannot be mounted from anywhere.
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "a", "hf://m", &[]));
-        assert_eq!(hit(&idx, "x", "hf://m", None), None);
-    }
-
-    #[test]
-    fn a_skipped_namespace_cache_falls_back_to_the_cluster() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(ns("t"), "mine", "hf://m", &["cpu"]));
-        idx.upsert_cache(cache(CacheScope::Cluster, "shared", "hf://m", &["gpu"]));
-        assert_eq!(
-            hit(&idx, "t", "hf://m", Some("gpu")).unwrap().0,
-            "cluster/shared"
-        );
-    }
-
-    #[test]
-    fn update_moves_and_delete_removes() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(ns("t"), "c", "hf://a", &["g"]));
-        assert!(hit(&idx, "t", "hf://a", None).is_some());
-        idx.upsert_cache(cache(ns("t"), "c", "hf://b", &["g"]));
-        assert_eq!(hit(&idx, "t", "hf://a", None), None);
-        assert!(hit(&idx, "t", "hf://b", None).is_some());
-        assert!(idx.remove_cache(&ns("t"), "c"));
-        assert_eq!(hit(&idx, "t", "hf://b", None), None);
-        assert_eq!(idx.counts(), (0, 0, 0));
-        assert!(!idx.remove_cache(&ns("t"), "c"));
-    }
-
-    #[test]
-    fn merge_adds_and_overrides_by_scope_and_name() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(ns("t"), "c", "hf://old", &["g"]));
-        idx.upsert_cache(cache(CacheScope::Cluster, "kept", "hf://kept", &["g"]));
-        idx.upsert_node_group("g", None);
-        let mut other = CacheIndex::new();
-        other.upsert_cache(cache(ns("t"), "c", "hf://new", &["g"]));
-        other.upsert_cache(cache(ns("u"), "c", "hf://u", &["g"]));
-        other.upsert_node_group("g", Some(vec![NodeSelectorTerm::default()]));
-        idx.merge(&other);
-        assert_eq!(idx.counts(), (2, 1, 1));
-        assert_eq!(hit(&idx, "t", "hf://old", None), None);
-        assert_eq!(hit(&idx, "t", "hf://new", None).unwrap().0, "t/c");
-        assert_eq!(hit(&idx, "u", "hf://u", None).unwrap().0, "u/c");
-        assert_eq!(hit(&idx, "x", "hf://kept", None).unwrap().0, "cluster/kept");
-        let m = idx.lookup("t", "hf://new", None).unwrap();
-        assert_eq!(
-            m.required_node_terms,
-            Some(Arc::from(vec![NodeSelectorTerm::default()]))
-        );
-    }
-
-    #[test]
-    fn node_group_terms_come_with_the_match() {
-        let mut idx = CacheIndex::new();
-        idx.upsert_cache(cache(CacheScope::Cluster, "c", "hf://m", &["workers"]));
-        let term = NodeSelectorTerm::default();
-        idx.upsert_node_group("workers", Some(vec![term.clone()]));
-        let m = idx.lookup("x", "hf://m", None).unwrap();
-        assert_eq!(m.required_node_terms, Some(Arc::from(vec![term])));
-    }
-}
+mod tests;

@@ -2,15 +2,15 @@
 //!
 //! | metric | labels | meaning |
 //! |---|---|---|
-//! | `modelgate_cache_objects` | `kind` | objects in the published index (watched plus `--caches`) |
-//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss` | index lookups, counted by the index itself |
+//! | `modelgate_cache_objects` | `kind` | objects in the published index, also `PersistentVolumeClaim` and `Node` |
+//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of SPEC.md §5 | model URI resolutions, counted by the index itself |
 //! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
 //! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
 //!
 //! Lookups are counted inside [`CacheIndex::lookup`](super::CacheIndex::lookup) through the
 //! [`LookupCounters`] the cache source attaches to every index it publishes, so the server has
-//! nothing to call per admission. A lookup the pipeline skips because the caches are not synced
-//! yet is not a lookup and is not counted (its warning says so instead).
+//! nothing to call per admission. A miss decided before a lookup (`opted-out`, `kserve-managed`,
+//! `not-synced`) is counted through the same handles ([`CacheIndex::record_miss`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 
 use super::CacheIndex;
 use super::cluster::Kind;
+use super::index::{CacheScope, MissReason};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
@@ -27,34 +28,30 @@ struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
+struct LookupLabels {
     result: &'static str,
+    reason: &'static str,
 }
 
-/// Where a lookup was answered from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LookupResult {
-    Namespace,
-    Cluster,
-    Miss,
-}
-
-/// The three `modelgate_cache_lookups_total` series, resolved once so that counting a lookup is
-/// one atomic increment.
+/// The `modelgate_cache_lookups_total` series, resolved once so that counting a lookup is one
+/// atomic increment.
 #[derive(Clone, Debug)]
 pub struct LookupCounters {
     namespace: Counter,
     cluster: Counter,
-    miss: Counter,
+    misses: [Counter; MissReason::ALL.len()],
 }
 
 impl LookupCounters {
-    pub fn record(&self, result: LookupResult) {
-        match result {
-            LookupResult::Namespace => self.namespace.inc(),
-            LookupResult::Cluster => self.cluster.inc(),
-            LookupResult::Miss => self.miss.inc(),
+    pub fn record_hit(&self, scope: &CacheScope) {
+        match scope {
+            CacheScope::Namespace(_) => self.namespace.inc(),
+            CacheScope::Cluster => self.cluster.inc(),
         };
+    }
+
+    pub fn record_miss(&self, reason: MissReason) {
+        self.misses[reason as usize].inc();
     }
 }
 
@@ -62,7 +59,7 @@ impl LookupCounters {
 #[derive(Clone, Debug)]
 pub struct CacheMetrics {
     objects: Family<KindLabel, Gauge>,
-    lookups: Family<ResultLabel, Counter>,
+    lookups: Family<LookupLabels, Counter>,
     synced: Family<KindLabel, Gauge>,
     watch_restarts: Family<KindLabel, Counter>,
 }
@@ -103,7 +100,8 @@ impl CacheMetrics {
         // prometheus-client appends `_total` to counters.
         registry.register(
             "modelgate_cache_lookups",
-            "Model cache lookups, by the scope that answered (namespace, cluster) or miss",
+            "Model cache resolutions, by result (namespace, cluster, miss) and miss reason \
+             (none for a hit)",
             self.lookups.clone(),
         );
         registry.register(
@@ -120,20 +118,26 @@ impl CacheMetrics {
 
     /// The handles [`CacheIndex::count_lookups`] takes.
     pub fn lookup_counters(&self) -> LookupCounters {
-        let get = |result| self.lookups.get_or_create(&ResultLabel { result }).clone();
+        let get = |result, reason| {
+            self.lookups
+                .get_or_create(&LookupLabels { result, reason })
+                .clone()
+        };
         LookupCounters {
-            namespace: get("namespace"),
-            cluster: get("cluster"),
-            miss: get("miss"),
+            namespace: get("namespace", "none"),
+            cluster: get("cluster", "none"),
+            misses: MissReason::ALL.map(|r| get("miss", r.as_str())),
         }
     }
 
     pub(crate) fn set_objects(&self, index: &CacheIndex) {
-        let (namespace, cluster, node_groups) = index.counts();
+        let c = index.counts();
         for (kind, n) in [
-            (Kind::NamespaceCache, namespace),
-            (Kind::Cache, cluster),
-            (Kind::NodeGroup, node_groups),
+            (Kind::NamespaceCache, c.namespace_caches),
+            (Kind::Cache, c.cluster_caches),
+            (Kind::NodeGroup, c.node_groups),
+            (Kind::Pvc, c.pvcs),
+            (Kind::Node, c.nodes),
         ] {
             self.objects
                 .get_or_create(&KindLabel { kind: kind.name() })
@@ -166,28 +170,51 @@ mod tests {
         metrics.register(&mut registry);
 
         let mut index = CacheIndex::new();
-        index.upsert_cache(CacheEntry {
-            scope: CacheScope::Namespace("team-a".into()),
-            name: "mine".into(),
-            source_model_uri: "hf://org/m".into(),
-            node_groups: vec!["workers".into()],
-        });
+        index.upsert_cache(
+            CacheEntry::new(
+                CacheScope::Namespace("team-a".into()),
+                "mine",
+                "hf://org/m",
+                &["workers"],
+            )
+            .downloaded_on(&["n1"]),
+        );
+        index.upsert_node_group("workers", None);
+        index.upsert_node("n1", Default::default());
+        let bound = crate::cache::PvcState {
+            phase: crate::cache::PvcPhase::Bound,
+            deleting: false,
+        };
+        index.upsert_pvc("team-a", "mine-workers", bound);
         index.count_lookups(metrics.lookup_counters());
         metrics.set_objects(&index);
         metrics.set_synced(Kind::Cache, true);
         metrics.watch_restarted(Kind::NodeGroup);
-        assert!(index.lookup("team-a", "hf://org/m", None).is_some());
-        assert!(index.lookup("team-b", "hf://org/m", None).is_none());
-        assert!(index.lookup("team-b", "hf://org/n", None).is_none());
+        let lookup = |ns, uri| index.lookup(&crate::cache::LookupRequest::new(ns, uri));
+        assert!(lookup("team-a", "hf://org/m").hit().is_some());
+        assert_eq!(
+            lookup("team-b", "hf://org/m").reason(),
+            Some(MissReason::NoMatch)
+        );
+        assert_eq!(
+            lookup("team-b", "hf://org/n").reason(),
+            Some(MissReason::NoMatch)
+        );
+        index.record_miss(MissReason::NotSynced);
 
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
             r#"modelgate_cache_objects{kind="LocalModelNamespaceCache"} 1"#,
             r#"modelgate_cache_objects{kind="LocalModelCache"} 0"#,
-            r#"modelgate_cache_lookups_total{result="namespace"} 1"#,
-            r#"modelgate_cache_lookups_total{result="cluster"} 0"#,
-            r#"modelgate_cache_lookups_total{result="miss"} 2"#,
+            r#"modelgate_cache_objects{kind="PersistentVolumeClaim"} 1"#,
+            r#"modelgate_cache_objects{kind="Node"} 1"#,
+            r#"modelgate_cache_lookups_total{result="namespace",reason="none"} 1"#,
+            r#"modelgate_cache_lookups_total{result="cluster",reason="none"} 0"#,
+            r#"modelgate_cache_lookups_total{result="miss",reason="no-match"} 2"#,
+            r#"modelgate_cache_lookups_total{result="miss",reason="not-synced"} 1"#,
+            r#"modelgate_cache_lookups_total{result="miss",reason="pvc-missing"} 0"#,
+            r#"modelgate_cache_synced{kind="Node"} 0"#,
             r#"modelgate_cache_synced{kind="LocalModelCache"} 1"#,
             r#"modelgate_cache_synced{kind="LocalModelNodeGroup"} 0"#,
             r#"modelgate_cache_watch_restarts_total{kind="LocalModelNodeGroup"} 1"#,

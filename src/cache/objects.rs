@@ -1,17 +1,24 @@
-//! KServe's local model cache objects (`serving.kserve.io/v1alpha1`), with the fields modelgate
-//! reads. Other fields (modelSize, storage, serviceAccountName, …) are accepted and ignored.
+//! The objects routing reads, with the fields modelgate reads: KServe's local model cache kinds
+//! (`serving.kserve.io/v1alpha1`, field names as in KServe's `pkg/apis/serving/v1alpha1`) and what
+//! is kept of PersistentVolumeClaims and Nodes. Other fields (modelSize, storage,
+//! serviceAccountName, …) are accepted and ignored.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+use super::index::{CacheStatus, PvcPhase, PvcState};
+
 /// `LocalModelCache` (cluster-scoped). kube's derive makes one kind per spec struct, so the
-/// namespaced kind below repeats these two fields rather than sharing the struct.
+/// namespaced kind below repeats these fields rather than sharing the struct.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "serving.kserve.io",
     version = "v1alpha1",
     kind = "LocalModelCache",
+    status = "LocalModelCacheStatus",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
@@ -21,12 +28,15 @@ pub struct LocalModelCacheSpec {
     pub node_groups: Vec<String>,
 }
 
+/// `LocalModelNamespaceCache`: like the cluster kind, plus KServe's shared-PVC mode (`pvcRef`,
+/// mutually exclusive with `nodeGroups`).
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "serving.kserve.io",
     version = "v1alpha1",
     kind = "LocalModelNamespaceCache",
     namespaced,
+    status = "LocalModelCacheStatus",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
@@ -34,6 +44,59 @@ pub struct LocalModelNamespaceCacheSpec {
     pub source_model_uri: String,
     #[serde(default)]
     pub node_groups: Vec<String>,
+    #[serde(default)]
+    pub pvc_ref: Option<String>,
+}
+
+/// KServe's `LocalModelCacheStatus`, shared by both cache kinds.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalModelCacheStatus {
+    /// Node name → `NodeDownloaded`, `NodeDownloading`, `NodeDownloadPending`,
+    /// `NodeDownloadError`, `NodeNotReady`.
+    #[serde(default)]
+    pub node_status: BTreeMap<String, String>,
+    /// `copies` in JSON (`ModelCopies` in Go).
+    #[serde(default)]
+    pub copies: Option<ModelCopies>,
+    /// Shared-PVC mode reports a `Ready` condition.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct ModelCopies {
+    #[serde(default)]
+    pub available: i64,
+    #[serde(default)]
+    pub total: i64,
+    #[serde(default)]
+    pub failed: i64,
+}
+
+/// The two fields of a `metav1.Condition` routing reads.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+impl LocalModelCacheStatus {
+    /// What the index keeps: the node statuses, and whether a shared-PVC import finished.
+    pub fn to_index(&self) -> CacheStatus {
+        let ready = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let available = self.copies.as_ref().is_some_and(|c| c.available >= 1);
+        CacheStatus::new(
+            self.node_status
+                .iter()
+                .map(|(n, s)| (n.as_str(), s.as_str())),
+            ready || available,
+        )
+    }
 }
 
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -47,4 +110,12 @@ pub struct LocalModelNamespaceCacheSpec {
 pub struct LocalModelNodeGroupSpec {
     #[serde(default)]
     pub persistent_volume_spec: Option<PersistentVolumeSpec>,
+}
+
+/// A PVC's state from its metadata and `status.phase`.
+pub fn pvc_state(metadata: &kube::api::ObjectMeta, phase: Option<&str>) -> PvcState {
+    PvcState {
+        phase: PvcPhase::parse(phase),
+        deleting: metadata.deletion_timestamp.is_some(),
+    }
 }

@@ -26,7 +26,7 @@ impl CacheView {
         if self.synced {
             Caches::Ready(&self.index)
         } else {
-            Caches::NotSynced
+            Caches::NotSynced(&self.index)
         }
     }
 }
@@ -70,4 +70,13 @@ impl CacheStore {
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
+}
+
+/// Hands pages the allocator holds but no longer uses back to the OS: called after a large
+/// structure is freed (the JSON of `--caches`, a replaced index), since the allocator otherwise
+/// keeps them until the freeing thread allocates again, which a serving thread rarely does.
+pub fn release_freed_memory() {
+    // SAFETY: mi_collect only walks mimalloc's own heaps; it is callable at any time, also when
+    // mimalloc is not the global allocator (then there is nothing to collect).
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }

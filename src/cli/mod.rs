@@ -46,9 +46,11 @@ pub enum Command {
 /// `--caches FILE`, shared by `review` and `serve`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct CacheFiles {
-    /// Cache objects (LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup) to resolve
-    /// against, and Namespaces (their modelgate.io/mode and Pod Security labels): YAML or JSON,
-    /// several documents or a List; repeatable.
+    /// The cluster state to resolve against (LocalModelCache, LocalModelNamespaceCache with their
+    /// status, LocalModelNodeGroup, PersistentVolumeClaim, Node) and Namespaces (their
+    /// modelgate.io/mode and Pod Security labels): YAML or JSON, several documents or a List;
+    /// repeatable. Files are the whole truth: a hit needs the PVC, the cache's status and the
+    /// Nodes in them.
     #[arg(
         long = "caches",
         value_name = "FILE",

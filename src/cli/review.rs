@@ -58,8 +58,8 @@ pub struct ReviewArgs {
     #[command(flatten)]
     pub caches: CacheFiles,
 
-    /// Also load the cluster's cache objects once, with the current kubeconfig context
-    /// (--caches objects replace cluster objects of the same kind, namespace and name).
+    /// Also list the cluster's cache objects, PVCs and Nodes once, with the current kubeconfig
+    /// context (--caches objects replace cluster objects of the same kind, namespace and name).
     #[arg(long)]
     pub from_cluster: bool,
 

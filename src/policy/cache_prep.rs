@@ -204,6 +204,7 @@ mod tests {
             namespace: "t",
             restricted_namespace: false,
             annotations: None,
+            labels: None,
             has_metadata: true,
             spec: &spec,
             raw_init_containers: Some(&raw),

@@ -1,14 +1,18 @@
-//! SPEC.md §5: resolve the pod's model URI against node-local caches and mount it.
+//! SPEC.md §5: resolve the pod's model URI against node-local caches and mount it, or record
+//! why not. The decision is the index's ([`CacheIndex::lookup`]); this module reads the pod's
+//! inputs, short-circuits what needs no lookup (opted out, KServe-managed, not synced) and turns
+//! the answer into patch operations and warnings.
 
-use k8s_openapi::api::core::v1::NodeSelectorTerm;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::workload::{ContainerList, Workload};
 use super::{Change, Rule};
-use crate::cache::{CacheIndex, CacheMatch, CacheScope, index::trim_uri};
+use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, PatchBuilder};
+
+pub use crate::cache::index::storage_key;
 
 pub const MODEL_URI: &str = "modelgate.io/model-uri";
 pub const KSERVE_SOURCE_URI: &str = "internal.serving.kserve.io/storage-initializer-sourceuri";
@@ -18,45 +22,28 @@ pub const DISABLE: &str = "modelgate.io/disable-model-cache";
 pub const KSERVE_DISABLE: &str = "serving.kserve.io/disable-localmodel";
 pub const MODEL_CACHE: &str = "modelgate.io/model-cache";
 pub const RESOLVED_URI: &str = "modelgate.io/resolved-uri";
+pub const REASON: &str = "modelgate.io/model-cache-reason";
 pub const VOLUME: &str = "modelgate-model";
+/// Labels of pods that KServe's own pod mutator routes (it mounts `/mnt/models` itself).
+pub const KSERVE_MANAGED_LABELS: [&str; 2] = [
+    "serving.kserve.io/inferenceservice",
+    "internal.serving.kserve.io/localmodel",
+];
 
 /// Where the caches come from for this request.
 #[derive(Clone, Copy)]
 pub enum Caches<'a> {
     Ready(&'a CacheIndex),
-    /// The cluster's caches have not been listed yet: every lookup is a miss, with a warning.
-    NotSynced,
+    /// The cluster state has not been listed yet: every resolution is a `not-synced` miss, with
+    /// a warning. The index is there to count it.
+    NotSynced(&'a CacheIndex),
 }
 
-/// The first 16 hex digits of SHA-256 of the cache's `sourceModelUri` as written.
-pub fn storage_key(source_model_uri: &str) -> String {
-    let digest = Sha256::digest(source_model_uri.as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// What a hit resolves to.
-#[derive(Debug, PartialEq)]
-pub struct Resolution {
-    pub cache_ref: String,
-    pub pvc: String,
-    pub sub_path: String,
-    pub resolved_uri: String,
-}
-
-pub fn resolve(m: &CacheMatch, model_uri: &str) -> Resolution {
-    let cache = &m.cache;
-    let key = storage_key(&cache.source_model_uri);
-    let rest = &trim_uri(model_uri)[trim_uri(&cache.source_model_uri).len()..];
-    let pvc = format!("{}-{}", cache.name, m.node_group);
-    let sub_path = format!("models/{key}{rest}");
-    Resolution {
-        cache_ref: match &cache.scope {
-            CacheScope::Namespace(ns) => format!("namespace/{ns}/{}", cache.name),
-            CacheScope::Cluster => format!("cluster/{}", cache.name),
-        },
-        resolved_uri: format!("pvc://{pvc}/{sub_path}"),
-        pvc,
-        sub_path,
+impl<'a> Caches<'a> {
+    fn index(self) -> &'a CacheIndex {
+        match self {
+            Caches::Ready(i) | Caches::NotSynced(i) => i,
+        }
     }
 }
 
@@ -69,27 +56,41 @@ pub fn apply(
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
 ) -> Option<Change> {
-    if w.has_annotation(DISABLE) || w.has_annotation(KSERVE_DISABLE) {
-        return None;
-    }
     let model_uri = w
         .annotation(MODEL_URI)
         .or_else(|| w.annotation(KSERVE_SOURCE_URI))?;
-    let node_group = w
-        .annotation(NODE_GROUP)
-        .or_else(|| w.annotation(KSERVE_NODE_GROUP));
-    let found = match caches {
-        Caches::Ready(index) => index.lookup(w.namespace, model_uri, node_group),
-        Caches::NotSynced => {
-            warnings.push(
-                "model caches are not synced yet: model cache lookup treated as a miss".into(),
-            );
-            None
-        }
+    let index = caches.index();
+    let early = if w.has_annotation(DISABLE) || w.has_annotation(KSERVE_DISABLE) {
+        Some(MissReason::OptedOut)
+    } else if KSERVE_MANAGED_LABELS.iter().any(|l| w.has_label(l)) {
+        Some(MissReason::KserveManaged)
+    } else if matches!(caches, Caches::NotSynced(_)) {
+        warnings.push(
+            "model caches are not synced yet: model cache lookup treated as a miss (not-synced)"
+                .into(),
+        );
+        Some(MissReason::NotSynced)
+    } else {
+        None
     };
-    match found {
-        Some(m) => {
-            let source = hit(w, cfg, model_uri, &m, patch, warnings);
+    let answer = match early {
+        Some(reason) => {
+            index.record_miss(reason);
+            Lookup::Miss(Miss::because(reason))
+        }
+        None => index.lookup(&LookupRequest {
+            namespace: w.namespace,
+            model_uri,
+            node_group: w
+                .annotation(NODE_GROUP)
+                .or_else(|| w.annotation(KSERVE_NODE_GROUP)),
+            node_selector: w.spec.node_selector.as_ref(),
+            layout: cfg.cache_layout,
+        }),
+    };
+    match answer {
+        Lookup::Hit(h) => {
+            let source = hit(w, cfg, &h, patch, warnings);
             // Both texts fit a warning whole, with the cache's name intact (the longer template
             // is "model  served from ", 19 bytes besides the URI and the source).
             let uri = super::shorten_uri(
@@ -101,14 +102,42 @@ pub fn apply(
                     .warned(format!("model {uri} served from {source}")),
             )
         }
-        None => {
-            miss(w, patch);
-            Some(Change::new(
+        Lookup::Miss(m) => {
+            miss(w, m.reason, patch);
+            let change = Change::new(
                 Rule::ModelCache,
-                format!("record a model cache miss for {model_uri} ({MODEL_CACHE}: miss)"),
-            ))
+                format!(
+                    "record a model cache miss for {model_uri} ({MODEL_CACHE}: miss, {REASON}: {})",
+                    m.reason
+                ),
+            );
+            Some(match (&m.cache, &m.missing) {
+                (Some(cache), Some(missing)) => change.warned(miss_warning(
+                    m.reason,
+                    &cache.describe(),
+                    model_uri,
+                    missing,
+                )),
+                _ => change,
+            })
         }
     }
+}
+
+/// `pvc-missing: LocalModelCache llama matches hf://org/llama but PVC team-b/llama-gpu does not
+/// exist`: the reason first, the URI shortened so that the rest stays whole.
+pub(crate) fn miss_warning(
+    reason: MissReason,
+    cache: &str,
+    model_uri: &str,
+    missing: &str,
+) -> String {
+    let fixed = reason.as_str().len() + 2 + cache.len() + " matches ".len() + " but ".len();
+    let uri = super::shorten_uri(
+        model_uri,
+        super::MAX_WARNING_LEN.saturating_sub(fixed + missing.len()),
+    );
+    format!("{reason}: {cache} matches {uri} but {missing}")
 }
 
 fn set_annotation(w: &Workload, patch: &mut PatchBuilder, key: &str, value: &str) {
@@ -127,29 +156,43 @@ fn set_annotation(w: &Workload, patch: &mut PatchBuilder, key: &str, value: &str
     }
 }
 
-fn hit(
-    w: &Workload,
-    cfg: &PolicyConfig,
-    model_uri: &str,
-    m: &CacheMatch,
-    patch: &mut PatchBuilder,
-    warnings: &mut Vec<String>,
-) -> String {
-    let r = resolve(m, model_uri);
-    // Both annotations in one object when the map is missing, so the second add has a parent.
+/// Sets both annotations, in one object when the map is missing so the second has a parent.
+fn set_annotations(w: &Workload, patch: &mut PatchBuilder, pairs: [(&str, &str); 2]) {
     if !w.has_metadata || w.annotations.is_none() {
-        let both = json!({ MODEL_CACHE: r.cache_ref, RESOLVED_URI: r.resolved_uri });
+        let both = json!({ pairs[0].0: pairs[0].1, pairs[1].0: pairs[1].1 });
         if w.has_metadata {
             patch.add(&w.annotations_path(), both);
         } else {
             patch.add(&w.meta_path, json!({ "annotations": both }));
         }
     } else {
-        set_annotation(w, patch, MODEL_CACHE, &r.cache_ref);
-        set_annotation(w, patch, RESOLVED_URI, &r.resolved_uri);
+        for (key, value) in pairs {
+            set_annotation(w, patch, key, value);
+        }
+    }
+}
+
+/// Patches the pod for a hit; returns the cache that serves the model, as a warning names it.
+fn hit(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    h: &Hit,
+    patch: &mut PatchBuilder,
+    warnings: &mut Vec<String>,
+) -> String {
+    let cache_ref = h.cache.reference();
+    let resolved_uri = h.resolved_uri();
+    let sub_path = h.volume_sub_path();
+    set_annotations(
+        w,
+        patch,
+        [(MODEL_CACHE, &cache_ref), (RESOLVED_URI, &resolved_uri)],
+    );
+    if w.has_annotation(REASON) {
+        patch.remove(&w.annotations_path().key(REASON));
     }
 
-    let volume = json!({ "name": VOLUME, "persistentVolumeClaim": { "claimName": r.pvc, "readOnly": true } });
+    let volume = json!({ "name": VOLUME, "persistentVolumeClaim": { "claimName": h.pvc, "readOnly": true } });
     let volumes = w.spec_path.key("volumes");
     let existing = w.spec.volumes.as_deref();
     match existing.and_then(|vs| vs.iter().position(|v| v.name == VOLUME)) {
@@ -162,7 +205,7 @@ fn hit(
         None => patch.push_to(&volumes, existing.is_some(), volume),
     }
 
-    let mount = json!({ "name": VOLUME, "mountPath": cfg.model_mount_path, "subPath": r.sub_path, "readOnly": true });
+    let mount = json!({ "name": VOLUME, "mountPath": cfg.model_mount_path, "subPath": sub_path, "readOnly": true });
     for c in w
         .containers()
         .into_iter()
@@ -191,21 +234,35 @@ fn hit(
         }
     }
 
-    if let Some(terms) = &m.required_node_terms {
-        require_node_terms(w, terms, patch);
+    if let Some(p) = &h.placement {
+        require_node_terms(w, &placement_terms(p), patch);
     }
-
-    // The cache that serves the model, as a warning names it.
-    match &m.cache.scope {
-        CacheScope::Namespace(ns) => format!("{} {ns}/{}", m.cache.kind(), m.cache.name),
-        CacheScope::Cluster => format!("{} {}", m.cache.kind(), m.cache.name),
-    }
+    h.cache.describe()
 }
 
-fn miss(w: &Workload, patch: &mut PatchBuilder) {
-    if w.annotation(MODEL_CACHE) != Some("miss") {
-        set_annotation(w, patch, MODEL_CACHE, "miss");
-    }
+/// The group's required node terms, each ANDed with `metadata.name In [<downloaded nodes>]`
+/// (node names, as the DaemonSet controller pins pods: a hostname label need not equal the name).
+fn placement_terms(p: &crate::cache::Placement) -> Vec<NodeSelectorTerm> {
+    let pin = NodeSelectorRequirement {
+        key: "metadata.name".into(),
+        operator: "In".into(),
+        values: Some(p.nodes.clone()),
+    };
+    let group_terms = match &p.required_terms {
+        Some(terms) if !terms.is_empty() => terms.to_vec(),
+        _ => vec![NodeSelectorTerm::default()],
+    };
+    group_terms
+        .into_iter()
+        .map(|mut t| {
+            t.match_fields.get_or_insert_default().push(pin.clone());
+            t
+        })
+        .collect()
+}
+
+fn miss(w: &Workload, reason: MissReason, patch: &mut PatchBuilder) {
+    set_annotations(w, patch, [(MODEL_CACHE, "miss"), (REASON, reason.as_str())]);
     if w.has_annotation(RESOLVED_URI) {
         patch.remove(&w.annotations_path().key(RESOLVED_URI));
     }

@@ -22,6 +22,7 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
         namespace: "team-a",
         restricted_namespace: false,
         annotations: meta.annotations.as_ref(),
+        labels: meta.labels.as_ref(),
         has_metadata: true,
         spec: typed.spec.as_ref().unwrap(),
         raw_init_containers: raw.as_deref(),
@@ -31,15 +32,20 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
     f(&w)
 }
 
+/// A cluster cache with everything a hit needs in namespace `team-a` (the workloads' here).
 fn index() -> CacheIndex {
     let mut idx = CacheIndex::new();
-    idx.upsert_cache(CacheEntry {
-        scope: CacheScope::Cluster,
-        name: "llama".into(),
-        source_model_uri: "hf://org/llama".into(),
-        node_groups: vec!["workers".into()],
-    });
+    idx.upsert_cache(
+        CacheEntry::new(CacheScope::Cluster, "llama", "hf://org/llama", &["workers"])
+            .downloaded_on(&["n1"]),
+    );
     idx.upsert_node_group("workers", None);
+    idx.upsert_node("n1", Default::default());
+    let bound = crate::cache::PvcState {
+        phase: crate::cache::PvcPhase::Bound,
+        deleting: false,
+    };
+    idx.upsert_pvc("team-a", "llama-workers", bound);
     idx
 }
 
@@ -140,13 +146,17 @@ fn a_miss_and_a_replaced_prep_are_changes_too() {
     pod["spec"]["securityContext"] =
         json!({"runAsNonRoot": true, "runAsUser": 5, "runAsGroup": 5, "fsGroup": 5});
     pod["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "old"}]);
-    let m = with_workload(&pod, |w| mutate_create(w, &cfg, Caches::NotSynced).unwrap());
+    let idx = index();
+    let m = with_workload(&pod, |w| {
+        mutate_create(w, &cfg, Caches::NotSynced(&idx)).unwrap()
+    });
     assert_eq!(
         described(&m.changes),
         [
             (
                 Rule::ModelCache,
-                "record a model cache miss for hf://org/llama (modelgate.io/model-cache: miss)"
+                "record a model cache miss for hf://org/llama (modelgate.io/model-cache: miss, \
+                 modelgate.io/model-cache-reason: not-synced)"
                     .into()
             ),
             (
@@ -160,9 +170,59 @@ fn a_miss_and_a_replaced_prep_are_changes_too() {
         m.warnings(),
         [
             "model-cache-prep init container replaced by the canonical one for this pod",
-            "model caches are not synced yet: model cache lookup treated as a miss",
+            "model caches are not synced yet: model cache lookup treated as a miss (not-synced)",
         ]
     );
+}
+
+#[test]
+fn a_miss_of_a_matched_cache_announces_what_is_missing() {
+    let mut idx = index();
+    assert!(idx.remove_pvc("team-a", "llama-workers"));
+    let cfg = PolicyConfig::default();
+    let m = with_workload(&cache_pod(), |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    let miss = m
+        .changes
+        .iter()
+        .find(|c| c.rule == Rule::ModelCache)
+        .unwrap();
+    assert_eq!(
+        miss.applied_warning.as_deref(),
+        Some(
+            "pvc-missing: LocalModelCache llama matches hf://org/llama but PVC \
+             team-a/llama-workers does not exist"
+        )
+    );
+    assert!(
+        m.warnings()
+            .contains(&miss.applied_warning.clone().unwrap())
+    );
+}
+
+#[test]
+fn a_miss_warning_shortens_the_uri_and_keeps_the_cache_and_the_missing_object() {
+    let long = format!("hf://org/{}", "x".repeat(400));
+    let w = miss_warning_for(&long);
+    assert!(w.len() <= MAX_WARNING_LEN, "{} bytes", w.len());
+    assert!(
+        w.starts_with("pvc-missing: LocalModelCache llama matches hf://org/x"),
+        "{w}"
+    );
+    assert!(
+        w.ends_with(" but PVC default/llama-workers does not exist"),
+        "{w}"
+    );
+}
+
+fn miss_warning_for(uri: &str) -> String {
+    model_cache::miss_warning(
+        crate::cache::MissReason::PvcMissing,
+        "LocalModelCache llama",
+        uri,
+        "PVC default/llama-workers does not exist",
+    )
 }
 
 #[test]

@@ -18,6 +18,8 @@ pub struct Workload<'a> {
     /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
     pub restricted_namespace: bool,
     pub annotations: Option<&'a BTreeMap<String, String>>,
+    /// The Pod's labels, or the Job template's.
+    pub labels: Option<&'a BTreeMap<String, String>>,
     /// Whether the metadata object exists (a Job template may have none).
     pub has_metadata: bool,
     pub spec: &'a PodSpec,
@@ -62,6 +64,10 @@ pub struct ContainerRef<'a> {
 impl<'a> Workload<'a> {
     pub fn annotation(&self, key: &str) -> Option<&'a str> {
         self.annotations?.get(key).map(String::as_str)
+    }
+
+    pub fn has_label(&self, key: &str) -> bool {
+        self.labels.is_some_and(|l| l.contains_key(key))
     }
 
     pub fn has_annotation(&self, key: &str) -> bool {

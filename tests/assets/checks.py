@@ -38,6 +38,7 @@ POLICY_FLAGS = {
     "--cache-mount-path",
     "--model-mount-path",
     "--exempt-namespace",
+    "--cache-layout",
 }
 
 
@@ -262,7 +263,9 @@ def rbac(path, ns: str) -> None:
             "list",
             "watch",
         ],
-        # Namespace labels (modes and Pod Security levels, SPEC.md section 9): list and watch only.
+        # PVCs and Nodes (routing, SPEC.md section 5) and namespace labels (modes and Pod
+        # Security levels, section 9): list and watch only.
+        ("", ("nodes", "persistentvolumeclaims")): ["list", "watch"],
         ("", ("namespaces",)): ["list", "watch"],
     }
     seen = set()

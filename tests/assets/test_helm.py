@@ -189,6 +189,14 @@ def test_big_ids_from_values_file(assets: Assets) -> None:
     )  # fmt: skip
 
 
+def test_cache_layout_value(assets: Assets, default) -> None:
+    checks.flags(default, "--cache-layout=storage-key")
+    checks.flags(assets.render("layout", "--set", "cacheLayout=cache-name"), "--cache-layout=cache-name")
+    r = assets.helm_template("--set", "cacheLayout=by-name", ok=False)
+    assert r.returncode != 0, "cacheLayout=by-name rendered"
+    assert "cacheLayout" in r.stderr, r.stderr
+
+
 # --- OpenShift preset ----------------------------------------------------------------------------
 def test_openshift_preset(openshift) -> None:
     checks.flags(openshift, "--default-fsgroup=0", "--run-as-user=none", "--run-as-group=none")

@@ -42,6 +42,10 @@ def test_default_rbac(assets: Assets) -> None:
     checks.rbac(assets.kustomize("default"), NS)
 
 
+def test_default_cache_layout(assets: Assets) -> None:
+    checks.flags(assets.kustomize("default"), "--cache-layout=storage-key")
+
+
 def test_openshift_preset_with_scc_assigned_ids(assets: Assets) -> None:
     path = assets.kustomize("openshift")
     checks.flags(path, "--default-fsgroup=0", "--run-as-user=none", "--run-as-group=none")

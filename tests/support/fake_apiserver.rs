@@ -2,7 +2,8 @@
 //! speaking the list and watch protocol of custom resources the way the real server does.
 //!
 //! - `GET /apis/<group>/<version>/<plural>` (and `/namespaces/<ns>/<plural>`): a JSON list whose
-//!   `metadata.resourceVersion` is the server's current revision.
+//!   `metadata.resourceVersion` is the server's current revision, in pages when `limit` is given
+//!   (`metadata.continue` names the next one).
 //! - `?watch=true|1&resourceVersion=R`: newline-delimited `ADDED`/`MODIFIED`/`DELETED` events
 //!   after `R` (replayed from history, then live), `BOOKMARK`s when `allowWatchBookmarks=true`,
 //!   closed after `timeoutSeconds`. A resourceVersion older than the last compaction gets
@@ -10,7 +11,7 @@
 //!   410 in [`FakeApiServer::set_http_410`] mode.
 //! - A resource whose CRD is not installed answers 404: a JSON `Status` when other resources of
 //!   the group exist, the plain `404 page not found` when none does.
-//! - Core `v1` Namespaces at `/api/v1/namespaces`, always installed. A request that asks for
+//! - Core `v1` Namespaces, PersistentVolumeClaims and Nodes at `/api/v1/…`, always installed. A request that asks for
 //!   metadata only (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`) gets
 //!   `PartialObjectMetadata` objects, as the real server answers it.
 //! - Workloads for `audit` (Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets,
@@ -24,6 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,16 +45,22 @@ pub const VERSION: &str = "v1alpha1";
 pub const CACHES: &str = "localmodelcaches";
 pub const NAMESPACE_CACHES: &str = "localmodelnamespacecaches";
 pub const NODE_GROUPS: &str = "localmodelnodegroups";
-/// Core Namespaces (always installed).
+/// Core Namespaces, PersistentVolumeClaims and Nodes (always installed).
 pub const NAMESPACES: &str = "namespaces";
+pub const PVCS: &str = "persistentvolumeclaims";
+pub const NODES: &str = "nodes";
+/// Every resource the model-cache watch reads (Namespaces are the rollout modes').
+pub const ALL: [&str; 5] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS, PVCS, NODES];
 const KSERVE: &str = "serving.kserve.io/v1alpha1";
 const CORE: &str = "v1";
 /// Plural, kind, namespaced, apiVersion.
-const RESOURCES: [(&str, &str, bool, &str); 4] = [
+const RESOURCES: [(&str, &str, bool, &str); 6] = [
     (CACHES, "LocalModelCache", false, KSERVE),
     (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
     (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
     (NAMESPACES, "Namespace", false, CORE),
+    (PVCS, "PersistentVolumeClaim", true, CORE),
+    (NODES, "Node", false, CORE),
 ];
 
 type Key = (String, String);
@@ -482,11 +490,35 @@ async fn handle(
         if let Some(code) = r.fail_lists {
             return json_response(code, &status(code, "InternalError", "list failed (fake)"));
         }
-        let items: Vec<Value> = r
-            .objects
-            .values()
-            .filter(|o| in_scope(o))
-            .map(|o| {
+        // Pages as the real server gives them (`limit`, `continue`), in key order; the token is
+        // the last key served. Unlike the real server, later pages see changes made meanwhile.
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0);
+        let after = query
+            .get("continue")
+            .and_then(|c| c.split_once('/'))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()));
+        let rest: Box<dyn Iterator<Item = (&Key, &Value)>> = match after {
+            Some(k) => Box::new(r.objects.range((Bound::Excluded(k), Bound::Unbounded))),
+            None => Box::new(r.objects.iter()),
+        };
+        let mut page: Vec<(&Key, &Value)> = rest
+            .filter(|(_, o)| in_scope(o))
+            .take(limit.map_or(usize::MAX, |l| l + 1))
+            .collect();
+        let more = limit.is_some_and(|l| page.len() > l);
+        if more {
+            page.pop();
+        }
+        let next = page
+            .last()
+            .filter(|_| more)
+            .map(|((ns, name), _)| format!("{ns}/{name}"));
+        let items: Vec<Value> = page
+            .into_iter()
+            .map(|(_, o)| {
                 if metadata_only_request {
                     metadata_only(o)
                 } else {
@@ -504,7 +536,7 @@ async fn handle(
             &json!({
                 "apiVersion": list_api_version,
                 "kind": list_kind,
-                "metadata": {"resourceVersion": revision.to_string()},
+                "metadata": {"resourceVersion": revision.to_string(), "continue": next},
                 "items": items,
             }),
         );

@@ -1,0 +1,605 @@
+//! One test per rule of SPEC.md §5 that the index decides: matching, precedence, node-group
+//! choice, each hit check and each miss reason.
+
+use super::*;
+
+fn term(key: &str, op: &str, values: &[&str]) -> NodeSelectorTerm {
+    NodeSelectorTerm {
+        match_expressions: Some(vec![NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }]),
+        match_fields: None,
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn ns(n: &str) -> CacheScope {
+    CacheScope::Namespace(n.into())
+}
+
+const BOUND: PvcState = PvcState {
+    phase: PvcPhase::Bound,
+    deleting: false,
+};
+
+/// Two node groups (gpu: node-type=gpu, cpu: node-type=cpu), nodes g1 (zone a), g2 (zone b),
+/// c1, and the PVCs KServe would make for cache `llama` in team-a.
+fn cluster() -> CacheIndex {
+    let mut idx = CacheIndex::new();
+    idx.upsert_node_group("gpu", Some(vec![term("node-type", "In", &["gpu"])]));
+    idx.upsert_node_group("cpu", Some(vec![term("node-type", "In", &["cpu"])]));
+    idx.upsert_node("g1", labels(&[("node-type", "gpu"), ("zone", "a")]));
+    idx.upsert_node("g2", labels(&[("node-type", "gpu"), ("zone", "b")]));
+    idx.upsert_node("c1", labels(&[("node-type", "cpu"), ("zone", "a")]));
+    idx.upsert_pvc("team-a", "llama-gpu", BOUND);
+    idx.upsert_pvc("team-a", "llama-cpu", BOUND);
+    idx
+}
+
+fn req<'a>(namespace: &'a str, uri: &'a str) -> LookupRequest<'a> {
+    LookupRequest {
+        namespace,
+        model_uri: uri,
+        node_group: None,
+        node_selector: None,
+        layout: CacheLayout::StorageKey,
+    }
+}
+
+fn hit(idx: &CacheIndex, r: &LookupRequest) -> Hit {
+    match idx.lookup(r) {
+        Lookup::Hit(h) => h,
+        Lookup::Miss(m) => panic!("expected a hit, got {m:?}"),
+    }
+}
+
+fn miss(idx: &CacheIndex, r: &LookupRequest) -> Miss {
+    match idx.lookup(r) {
+        Lookup::Miss(m) => m,
+        Lookup::Hit(h) => panic!("expected a miss, got {h:?}"),
+    }
+}
+
+fn llama(groups: &[&str]) -> CacheEntry {
+    CacheEntry::new(CacheScope::Cluster, "llama", "hf://org/llama", groups)
+}
+
+#[test]
+fn prefixes_stop_at_slash_boundaries() {
+    let p: Vec<_> = prefixes_longest_first("gs://b/model/v1").collect();
+    assert_eq!(
+        p,
+        ["gs://b/model/v1", "gs://b/model", "gs://b", "gs:/", "gs:"]
+    );
+}
+
+#[test]
+fn a_full_hit_names_pvc_dir_sub_path_terms_and_downloaded_nodes() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1", "g2"]));
+    let h = hit(&idx, &req("team-a", "hf://org/llama/sub/dir"));
+    assert_eq!(h.pvc, "llama-gpu");
+    assert_eq!(h.dir, storage_key("hf://org/llama"));
+    assert_eq!(h.sub_path, "/sub/dir");
+    assert_eq!(
+        h.resolved_uri(),
+        format!("pvc://llama-gpu/models/{}/sub/dir", h.dir)
+    );
+    let p = h.placement.unwrap();
+    assert_eq!(p.node_group, "gpu");
+    assert_eq!(p.nodes, ["g1", "g2"]);
+    assert_eq!(
+        p.required_terms.as_deref(),
+        Some(&[term("node-type", "In", &["gpu"])][..])
+    );
+}
+
+#[test]
+fn cache_name_layout_uses_the_cache_name_as_directory() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    let r = LookupRequest {
+        layout: CacheLayout::CacheName,
+        ..req("team-a", "hf://org/llama")
+    };
+    assert_eq!(hit(&idx, &r).volume_sub_path(), "models/llama");
+}
+
+#[test]
+fn equal_or_slash_prefix_matches_and_lookalike_does_not() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    hit(&idx, &req("team-a", "hf://org/llama"));
+    hit(&idx, &req("team-a", "hf://org/llama/"));
+    hit(&idx, &req("team-a", "hf://org/llama/x"));
+    for other in ["hf://org/llama-evil", "hf://org/llam", "hf://org/Llama"] {
+        let m = miss(&idx, &req("team-a", other));
+        assert_eq!((m.reason, m.cache), (MissReason::NoMatch, None), "{other}");
+    }
+}
+
+#[test]
+fn one_trailing_slash_is_ignored_on_both_sides_and_only_one() {
+    let mut idx = cluster();
+    idx.upsert_cache(
+        CacheEntry::new(CacheScope::Cluster, "llama", "hf://org/llama/", &["gpu"])
+            .downloaded_on(&["g1"]),
+    );
+    assert_eq!(hit(&idx, &req("team-a", "hf://org/llama")).sub_path, "");
+    // The storage key hashes the URI as written, slash included.
+    assert_eq!(
+        hit(&idx, &req("team-a", "hf://org/llama")).dir,
+        storage_key("hf://org/llama/")
+    );
+    let mut idx = cluster();
+    idx.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "llama",
+        "hf://org/llama//",
+        &["gpu"],
+    ));
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://org/llama")).reason,
+        MissReason::NoMatch
+    );
+}
+
+#[test]
+fn own_namespace_beats_cluster_and_other_namespaces_are_never_used() {
+    let mut idx = cluster();
+    idx.upsert_cache(
+        CacheEntry::new(CacheScope::Cluster, "long", "hf://org/llama/v1", &["gpu"])
+            .downloaded_on(&["g1"]),
+    );
+    idx.upsert_cache(
+        CacheEntry::new(ns("team-a"), "llama", "hf://org", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    idx.upsert_pvc("team-b", "long-gpu", BOUND);
+    let h = hit(&idx, &req("team-a", "hf://org/llama/v1"));
+    assert_eq!(h.cache.reference(), "namespace/team-a/llama");
+    assert_eq!(h.sub_path, "/llama/v1");
+    let h = hit(&idx, &req("team-b", "hf://org/llama/v1"));
+    assert_eq!(h.cache.reference(), "cluster/long");
+    assert_eq!(
+        miss(&idx, &req("team-b", "hf://org/other")).reason,
+        MissReason::NoMatch
+    );
+}
+
+#[test]
+fn longest_uri_then_smallest_name_wins() {
+    let mut idx = cluster();
+    for (name, uri) in [
+        ("a-short", "hf://org"),
+        ("z-long", "hf://org/m"),
+        ("b-long", "hf://org/m/"),
+    ] {
+        idx.upsert_cache(
+            CacheEntry::new(CacheScope::Cluster, name, uri, &["gpu"]).downloaded_on(&["g1"]),
+        );
+        idx.upsert_pvc("t", format!("{name}-gpu"), BOUND);
+    }
+    assert_eq!(hit(&idx, &req("t", "hf://org/m/f")).cache.name, "b-long");
+    assert_eq!(hit(&idx, &req("t", "hf://org/n")).cache.name, "a-short");
+}
+
+#[test]
+fn a_failed_check_never_falls_through_to_another_cache() {
+    let mut idx = cluster();
+    // team-a's own cache has no PVC for its group; the cluster cache would be a hit.
+    idx.upsert_cache(
+        CacheEntry::new(ns("team-a"), "mine", "hf://org/llama", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    let m = miss(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(m.reason, MissReason::PvcMissing);
+    assert_eq!(m.cache.unwrap().name, "mine");
+    // Nor to a shorter match of the same scope.
+    let mut idx = cluster();
+    idx.upsert_cache(
+        CacheEntry::new(CacheScope::Cluster, "llama", "hf://org", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    idx.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "zz",
+        "hf://org/llama",
+        &["gpu"],
+    ));
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://org/llama")).reason,
+        MissReason::PvcMissing
+    );
+}
+
+#[test]
+fn requested_node_group_must_be_listed() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["cpu", "gpu"]).downloaded_on(&["g1", "c1"]));
+    let r = LookupRequest {
+        node_group: Some("gpu"),
+        ..req("team-a", "hf://org/llama")
+    };
+    let h = hit(&idx, &r);
+    assert_eq!(
+        (h.pvc.as_str(), h.placement.unwrap().nodes),
+        ("llama-gpu", vec!["g1".to_string()])
+    );
+    let r = LookupRequest {
+        node_group: Some("tpu"),
+        ..req("team-a", "hf://org/llama")
+    };
+    let m = miss(&idx, &r);
+    assert_eq!(m.reason, MissReason::NodeGroupMismatch);
+    assert!(
+        m.missing
+            .unwrap()
+            .contains("does not list the requested node group tpu")
+    );
+}
+
+#[test]
+fn without_a_request_the_first_group_that_fits_the_node_selector_is_chosen() {
+    // kserve#5914: nodeGroups[0] is cpu, but the pod selects gpu nodes.
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["cpu", "gpu"]).downloaded_on(&["g1", "c1"]));
+    let gpu = labels(&[("node-type", "gpu")]);
+    let r = LookupRequest {
+        node_selector: Some(&gpu),
+        ..req("team-a", "hf://org/llama")
+    };
+    assert_eq!(hit(&idx, &r).pvc, "llama-gpu");
+    // No selector: the first listed group.
+    assert_eq!(hit(&idx, &req("team-a", "hf://org/llama")).pvc, "llama-cpu");
+    // Several pairs must hold on one node: gpu in zone b is g2; gpu in zone c is nobody.
+    let zone_b = labels(&[("node-type", "gpu"), ("zone", "b")]);
+    let r = LookupRequest {
+        node_selector: Some(&zone_b),
+        ..req("team-a", "hf://org/llama")
+    };
+    // g2 is in the group but has not downloaded: the group fits, the check fails.
+    assert_eq!(miss(&idx, &r).reason, MissReason::NotDownloaded);
+    let zone_c = labels(&[("node-type", "gpu"), ("zone", "c")]);
+    let r = LookupRequest {
+        node_selector: Some(&zone_c),
+        ..req("team-a", "hf://org/llama")
+    };
+    let m = miss(&idx, &r);
+    assert_eq!(m.reason, MissReason::NodeGroupMismatch);
+    assert!(
+        m.missing
+            .unwrap()
+            .contains("matches the pod's nodeSelector")
+    );
+    // A requested group must fit the selector too.
+    let cpu = labels(&[("node-type", "cpu")]);
+    let r = LookupRequest {
+        node_group: Some("gpu"),
+        node_selector: Some(&cpu),
+        ..req("team-a", "hf://org/llama")
+    };
+    assert_eq!(miss(&idx, &r).reason, MissReason::NodeGroupMismatch);
+}
+
+#[test]
+fn a_missing_node_group_object_is_a_mismatch_naming_it() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["arm"]).downloaded_on(&["g1"]));
+    let m = miss(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(m.reason, MissReason::NodeGroupMismatch);
+    assert_eq!(m.missing.unwrap(), "LocalModelNodeGroup arm does not exist");
+}
+
+#[test]
+fn pvc_must_exist_in_the_pods_namespace_not_be_deleted_nor_lost() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    // team-b has no PVC: KServe made one only where an InferenceService uses the cache.
+    let m = miss(&idx, &req("team-b", "hf://org/llama"));
+    assert_eq!(m.reason, MissReason::PvcMissing);
+    assert_eq!(m.missing.unwrap(), "PVC team-b/llama-gpu does not exist");
+    idx.upsert_pvc(
+        "team-b",
+        "llama-gpu",
+        PvcState {
+            phase: PvcPhase::Bound,
+            deleting: true,
+        },
+    );
+    assert!(
+        miss(&idx, &req("team-b", "hf://org/llama"))
+            .missing
+            .unwrap()
+            .ends_with("is being deleted")
+    );
+    idx.upsert_pvc(
+        "team-b",
+        "llama-gpu",
+        PvcState {
+            phase: PvcPhase::Lost,
+            deleting: false,
+        },
+    );
+    assert!(
+        miss(&idx, &req("team-b", "hf://org/llama"))
+            .missing
+            .unwrap()
+            .ends_with("is Lost")
+    );
+    // Pending binds when the pod uses it (WaitForFirstConsumer); no phase yet is fine too.
+    for phase in [PvcPhase::Pending, PvcPhase::Unknown] {
+        idx.upsert_pvc(
+            "team-b",
+            "llama-gpu",
+            PvcState {
+                phase,
+                deleting: false,
+            },
+        );
+        hit(&idx, &req("team-b", "hf://org/llama"));
+    }
+    assert!(idx.remove_pvc("team-b", "llama-gpu"));
+    assert_eq!(
+        miss(&idx, &req("team-b", "hf://org/llama")).reason,
+        MissReason::PvcMissing
+    );
+}
+
+#[test]
+fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
+    let mut idx = cluster();
+    let mut cache = llama(&["gpu"]);
+    let m = {
+        idx.upsert_cache(cache.clone());
+        miss(&idx, &req("team-a", "hf://org/llama"))
+    };
+    assert_eq!(m.reason, MissReason::NotDownloaded);
+    assert!(m.missing.unwrap().contains("has no status.nodeStatus"));
+
+    cache.status.set_node("g1", "NodeDownloading");
+    // Downloaded on a cpu node and on a node that does not exist: neither serves gpu pods.
+    cache.status.set_node("c1", "NodeDownloaded");
+    cache.status.set_node("gone", "NodeDownloaded");
+    idx.upsert_cache(cache.clone());
+    let m = miss(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(m.reason, MissReason::NotDownloaded);
+    let why = m.missing.unwrap();
+    for part in [
+        "g1 NodeDownloading",
+        "c1 NodeDownloaded but not in node group gpu",
+        "gone NodeDownloaded but Node gone does not exist",
+    ] {
+        assert!(why.contains(part), "{why}");
+    }
+
+    // g1 finishes: the pod is pinned to g1 only.
+    cache.status.set_node("g1", "NodeDownloaded");
+    idx.upsert_cache(cache);
+    assert_eq!(
+        hit(&idx, &req("team-a", "hf://org/llama"))
+            .placement
+            .unwrap()
+            .nodes,
+        ["g1"]
+    );
+    // Downloaded nodes outside the pod's nodeSelector are left out, and none left is a miss.
+    let zone_b = labels(&[("zone", "b")]);
+    let r = LookupRequest {
+        node_selector: Some(&zone_b),
+        ..req("team-a", "hf://org/llama")
+    };
+    assert_eq!(miss(&idx, &r).reason, MissReason::NotDownloaded);
+}
+
+#[test]
+fn node_and_group_changes_move_membership() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["c1"]));
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://org/llama")).reason,
+        MissReason::NotDownloaded
+    );
+    // c1 is relabelled into the gpu group.
+    idx.upsert_node("c1", labels(&[("node-type", "gpu")]));
+    assert_eq!(
+        hit(&idx, &req("team-a", "hf://org/llama"))
+            .placement
+            .unwrap()
+            .nodes,
+        ["c1"]
+    );
+    // The group's affinity changes to zone a only: c1 has no zone now.
+    idx.upsert_node_group("gpu", Some(vec![term("zone", "In", &["a"])]));
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://org/llama")).reason,
+        MissReason::NotDownloaded
+    );
+    assert!(idx.remove_node("g1"));
+    assert!(!idx.remove_node("g1"));
+    // A PV without node affinity admits every node.
+    idx.upsert_node_group("gpu", None);
+    let h = hit(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(h.placement.unwrap().required_terms, None);
+}
+
+#[test]
+fn node_selector_terms_follow_kubernetes_semantics() {
+    let l = labels(&[("gpu", "a100"), ("count", "8")]);
+    assert!(term_matches(&term("gpu", "In", &["a100", "h100"]), "n", &l));
+    assert!(!term_matches(&term("gpu", "NotIn", &["a100"]), "n", &l));
+    assert!(term_matches(&term("tpu", "NotIn", &["v5"]), "n", &l));
+    assert!(term_matches(&term("gpu", "Exists", &[]), "n", &l));
+    assert!(term_matches(&term("tpu", "DoesNotExist", &[]), "n", &l));
+    assert!(term_matches(&term("count", "Gt", &["4"]), "n", &l));
+    assert!(!term_matches(&term("count", "Lt", &["4"]), "n", &l));
+    assert!(!term_matches(&term("gpu", "Gt", &["4"]), "n", &l));
+    assert!(!term_matches(&term("gpu", "Bogus", &["a100"]), "n", &l));
+    // An empty term matches nothing.
+    assert!(!term_matches(&NodeSelectorTerm::default(), "n", &l));
+    let by_name = NodeSelectorTerm {
+        match_expressions: None,
+        match_fields: Some(vec![NodeSelectorRequirement {
+            key: "metadata.name".into(),
+            operator: "In".into(),
+            values: Some(vec!["n".into()]),
+        }]),
+    };
+    assert!(term_matches(&by_name, "n", &l));
+    assert!(!term_matches(&by_name, "m", &l));
+}
+
+fn shared(pvc: &str) -> CacheEntry {
+    CacheEntry {
+        storage: CacheStorage::PvcRef(pvc.into()),
+        ..CacheEntry::new(
+            ns("my-models"),
+            "llama3-8b",
+            "hf://meta-llama/Meta-Llama-3-8B",
+            &[],
+        )
+    }
+}
+
+#[test]
+fn pvc_ref_mode_needs_the_pvc_and_a_finished_import_and_pins_no_node() {
+    let mut idx = CacheIndex::new();
+    let mut cache = shared("shared-models");
+    idx.upsert_cache(cache.clone());
+    let uri = "hf://meta-llama/Meta-Llama-3-8B";
+    let m = miss(&idx, &req("my-models", uri));
+    assert_eq!(m.reason, MissReason::PvcMissing);
+    assert_eq!(
+        m.missing.unwrap(),
+        "PVC my-models/shared-models does not exist"
+    );
+    idx.upsert_pvc("my-models", "shared-models", BOUND);
+    assert_eq!(
+        miss(&idx, &req("my-models", uri)).reason,
+        MissReason::NotDownloaded
+    );
+    cache.status.import_ready = true;
+    idx.upsert_cache(cache);
+    // A requested node group does not apply to a shared PVC; the cache-name layout neither
+    // (shared-PVC mode exists only where KServe uses the storage key).
+    let r = LookupRequest {
+        node_group: Some("gpu"),
+        layout: CacheLayout::CacheName,
+        ..req("my-models", uri)
+    };
+    let h = hit(&idx, &r);
+    assert_eq!(h.pvc, "shared-models");
+    assert_eq!(h.dir, storage_key(uri));
+    assert_eq!(h.placement, None);
+}
+
+#[test]
+fn update_moves_and_delete_removes() {
+    let mut idx = cluster();
+    idx.upsert_cache(
+        CacheEntry::new(ns("team-a"), "llama", "hf://a", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    hit(&idx, &req("team-a", "hf://a"));
+    idx.upsert_cache(
+        CacheEntry::new(ns("team-a"), "llama", "hf://b", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://a")).reason,
+        MissReason::NoMatch
+    );
+    hit(&idx, &req("team-a", "hf://b"));
+    assert!(idx.remove_cache(&ns("team-a"), "llama"));
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://b")).reason,
+        MissReason::NoMatch
+    );
+    assert!(!idx.remove_cache(&ns("team-a"), "llama"));
+    let c = idx.counts();
+    assert_eq!(
+        (
+            c.namespace_caches,
+            c.cluster_caches,
+            c.node_groups,
+            c.pvcs,
+            c.nodes
+        ),
+        (0, 0, 2, 2, 3)
+    );
+}
+
+#[test]
+fn merge_adds_and_overrides_every_kind_by_name() {
+    let mut idx = CacheIndex::new();
+    idx.upsert_cache(CacheEntry::new(ns("team-a"), "llama", "hf://old", &["gpu"]));
+    idx.upsert_node_group("gpu", Some(vec![term("node-type", "In", &["gpu"])]));
+    let mut other = cluster();
+    other.upsert_cache(
+        CacheEntry::new(ns("team-a"), "llama", "hf://new", &["gpu"]).downloaded_on(&["g1"]),
+    );
+    idx.merge(&other);
+    let c = idx.counts();
+    assert_eq!(
+        (c.namespace_caches, c.node_groups, c.pvcs, c.nodes),
+        (1, 2, 2, 3)
+    );
+    assert_eq!(
+        miss(&idx, &req("team-a", "hf://old")).reason,
+        MissReason::NoMatch
+    );
+    hit(&idx, &req("team-a", "hf://new"));
+}
+
+#[test]
+fn reasons_have_the_spec_labels() {
+    let labels: Vec<_> = MissReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "no-match",
+            "opted-out",
+            "kserve-managed",
+            "node-group-mismatch",
+            "pvc-missing",
+            "not-downloaded",
+            "not-synced"
+        ]
+    );
+    // The counters index by discriminant.
+    assert!(
+        MissReason::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, r)| *r as usize == i)
+    );
+}
+
+#[test]
+fn a_status_keeps_one_state_per_node_in_name_order() {
+    let s = CacheStatus::new(
+        [
+            ("b", "NodeDownloading"),
+            ("a", "NodeDownloaded"),
+            ("b", "NodeDownloaded"),
+            ("c", "SomethingNew"),
+        ],
+        false,
+    );
+    let nodes: Vec<_> = s.nodes().map(|(n, st)| (n, st.as_str())).collect();
+    assert_eq!(
+        nodes,
+        [
+            ("a", "NodeDownloaded"),
+            ("b", "NodeDownloaded"),
+            ("c", "SomethingNew")
+        ]
+    );
+    assert_eq!(s.node("b"), Some(&NodeState::Downloaded));
+    assert_eq!(s.node("z"), None);
+    assert!(s.reported);
+}

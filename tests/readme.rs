@@ -236,3 +236,60 @@ fn check_serve_dev(dir: &Path, command: &str) {
     };
     assert!(exit.success(), "serve --dev exited with {exit}");
 }
+
+/// `examples/cluster-state.yaml` holds everything SPEC.md §5 needs for a hit, and nothing is
+/// there by accident: without the PVC, the Nodes or the cache's status, the Pod is a miss with
+/// the reason that names what is missing.
+#[test]
+fn the_example_cluster_state_is_what_a_hit_needs() {
+    let dir = scratch_with_examples();
+    let state = std::fs::read_to_string(dir.path().join("examples/cluster-state.yaml")).unwrap();
+    let documents: Vec<&str> = state.split("\n---\n").collect();
+    let without = |drop: &dyn Fn(&str) -> Option<String>| -> String {
+        documents
+            .iter()
+            .filter_map(|d| drop(d))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let cases: [(&str, String); 3] = [
+        (
+            "pvc-missing",
+            without(&|d| (!d.contains("\nkind: PersistentVolumeClaim\n")).then(|| d.to_string())),
+        ),
+        (
+            "not-downloaded",
+            without(&|d| (!d.contains("\nkind: Node\n")).then(|| d.to_string())),
+        ),
+        (
+            "not-downloaded",
+            without(&|d| Some(d.split("\nstatus:\n").next().unwrap().to_string())),
+        ),
+    ];
+    let summary = |caches: &str| {
+        let out = shell(
+            dir.path(),
+            &format!(
+                "'{}' review examples/pod.yaml --caches {caches}",
+                env!("CARGO_BIN_EXE_modelgate")
+            ),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(
+        summary("examples/cluster-state.yaml").contains("; model cache hit: "),
+        "the complete state is a hit"
+    );
+    for (i, (reason, text)) in cases.iter().enumerate() {
+        let file = format!("state-{i}.yaml");
+        std::fs::write(dir.path().join(&file), text).unwrap();
+        let line = summary(&file);
+        assert!(
+            line.contains(&format!("; model cache miss: {reason}")),
+            "case {i}: {line}"
+        );
+    }
+}

@@ -204,6 +204,58 @@ fn summary_of_a_denial_names_the_field_and_exits_1() {
 }
 
 #[test]
+fn a_denial_is_printed_on_stderr_in_every_output_mode() {
+    for mode in ["summary", "review", "patch", "patched", "patched-json"] {
+        let run = review(&["-o", mode, &fixture("denied.yaml")]);
+        assert_exit(&run, 1);
+        let denials: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(denials.len(), 1, "-o {mode}: {}", run.stderr);
+        let file = fixture("denied.yaml");
+        assert!(
+            denials[0].starts_with(&format!("{file}#2: Pod default/root: denied: ")),
+            "-o {mode}: {}",
+            denials[0]
+        );
+        assert!(
+            denials[0].contains(
+                "spec.containers[1].securityContext.runAsUser: 0 is outside 1..2147483647"
+            ),
+            "-o {mode}: {}",
+            denials[0]
+        );
+    }
+    // The allowed object alone: nothing on stderr.
+    let run = review(&["-o", "patch", &fixture("allowed.yaml")]);
+    assert_exit(&run, 0);
+    assert_eq!(run.stderr, "", "{}", run.stderr);
+}
+
+#[test]
+fn summary_counts_patch_operations_in_the_right_number() {
+    let one = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  securityContext: {runAsUser: 1000, runAsGroup: 1000}\n  containers: [{name: a, image: nginx}]\n";
+    let run = modelgate_env(&["review", "-"], &[], Some(one));
+    assert_exit(&run, 0);
+    assert_eq!(
+        run.stdout,
+        "stdin: Pod default/p: allowed, 1 patch operation\n"
+    );
+}
+
+#[test]
+fn review_help_lists_the_exit_codes() {
+    let run = modelgate(&["review", "--help"]);
+    assert_exit(&run, 0);
+    for line in [
+        "Exit codes:",
+        "0  every object was allowed",
+        "1  at least one object was denied",
+        "2  bad input or flags",
+    ] {
+        assert!(run.stdout.contains(line), "{line}: {}", run.stdout);
+    }
+}
+
+#[test]
 fn review_output_is_one_admission_review_response_per_line() {
     let run = review(&[
         "-o",
@@ -596,12 +648,16 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
         prep["command"],
         json!(["sh", "-c", "chown 0:102 /models && chmod g+rwX /models"])
     );
+    // The summary reports the hit as a hit, not among the warnings.
     let run = review(&["--caches", &caches, &pod]);
     assert!(
-        run.stdout.contains("served from LocalModelCache llm"),
+        run.stdout.contains(&format!(
+            "; model cache hit: cluster/llm (pvc://llm-gpu-nodes/models/{key}/snapshots/main)"
+        )),
         "{}",
         run.stdout
     );
+    assert!(!run.stdout.contains("served from"), "{}", run.stdout);
 
     // The namespace's own cache wins; its key hashes the URI as written (with its slash).
     let run = review(&[
@@ -651,6 +707,9 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
         run.json_lines()[0]["metadata"]["annotations"]["modelgate.io/model-cache"],
         "miss"
     );
+    let run = review(&[&pod]);
+    assert!(run.stdout.contains("; model cache miss"), "{}", run.stdout);
+    assert!(!run.stdout.contains("model cache hit"), "{}", run.stdout);
 
     // Policy flags: --model-cache-prep never runs the pod as the cache owner instead (§3).
     let run = review(&[
@@ -1127,9 +1186,12 @@ fn a_reader_that_leaves_early_does_not_turn_into_an_error() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Only the denial (stderr in every output mode), no error about the closed pipe.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lines[0].starts_with("stdin#2: Pod default/b: denied: "),
+        "{stderr}"
     );
 }

@@ -1,15 +1,10 @@
-//! The YAML/JSON reader of `review` and `--caches`: any text, no panic, no hang, bounded memory.
+//! The YAML/JSON reader of `review` and `--caches`; the checks are
+//! `invariants::check_read_documents`, which `tests/fuzz_regressions.rs` also runs on the kept
+//! inputs.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../invariants.rs"]
+#[allow(dead_code)] // each target calls one of the checks
+mod invariants;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        if let Ok(documents) = modelgate::documents::read_documents("fuzz", text) {
-            for d in documents {
-                // Every document is an object (Lists are flattened into their items).
-                assert!(d.value.is_object(), "{}: not an object", d.origin);
-            }
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| invariants::check_read_documents(data));

@@ -17,6 +17,7 @@ use crate::cache::cluster;
 use crate::config::PolicyConfig;
 use crate::documents::{Document, read_documents};
 use crate::policy::Caches;
+use crate::policy::model_cache::{MODEL_CACHE, RESOLVED_URI};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WebhookChoice {
@@ -45,6 +46,10 @@ pub enum Output {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Exit codes:\n  0  every object was allowed\n  1  at least one object was denied \
+(each denial is also printed on stderr, whatever -o is)\n  2  bad input or flags (nothing is reviewed)"
+)]
 pub struct ReviewArgs {
     /// Files to review (YAML or JSON, several documents or a List); `-` or nothing reads stdin.
     #[arg(value_name = "FILE|-")]
@@ -162,6 +167,11 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
             point_at_lines(&mut r.decision, &doc);
         }
         all_allowed &= r.decision.allowed;
+        if !r.decision.allowed {
+            // On stderr in every output mode: `-o patch` prints `[]` and `-o patched` the
+            // unchanged object for a denied one, which alone would read as "nothing to do".
+            eprintln!("{}: {}: denied: {}", r.origin, who(&r), denial_message(&r));
+        }
         if args.output == Output::Junit {
             junit_cases.push(junit_case(&r));
             continue;
@@ -397,22 +407,39 @@ pub fn unified_diff(origin: &str, before: &Value, after: &Value) -> anyhow::Resu
 fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Result<()> {
     match mode {
         Output::Summary => {
-            let s = r.request.summary(&r.decision);
-            let who = format!("{} {}/{}", s.kind, s.namespace, s.name);
+            let operations = r.decision.patch_len();
             let mut line = if r.decision.allowed {
                 format!(
-                    "{}: {who}: allowed, {} patch operations",
-                    r.origin, s.patch_operations
+                    "{}: {}: allowed, {operations} patch operation{}",
+                    r.origin,
+                    who(r),
+                    if operations == 1 { "" } else { "s" }
                 )
             } else {
-                format!(
-                    "{}: {who}: denied: {}",
-                    r.origin,
-                    r.decision.message.as_deref().unwrap_or("")
-                )
+                format!("{}: {}: denied: {}", r.origin, who(r), denial_message(r))
             };
-            if !r.decision.warnings.is_empty() {
-                line.push_str(&format!("; warnings: {}", r.decision.warnings.join(" | ")));
+            let cache = r
+                .patched
+                .as_ref()
+                .filter(|_| r.decision.allowed)
+                .and_then(model_cache_outcome);
+            if let Some(cache) = &cache {
+                line.push_str(&format!("; {cache}"));
+            }
+            // The API response carries a hit as a warning (`model … served from …`); here it is
+            // reported as the hit above, and the warnings are the ones that need attention.
+            let hit = cache
+                .as_ref()
+                .is_some_and(|c| c.starts_with("model cache hit"));
+            let warnings: Vec<&str> = r
+                .decision
+                .warnings
+                .iter()
+                .map(String::as_str)
+                .filter(|w| !(hit && w.starts_with("model ") && w.contains(" served from ")))
+                .collect();
+            if !warnings.is_empty() {
+                line.push_str(&format!("; warnings: {}", warnings.join(" | ")));
             }
             if !r.decision.audit_annotations.is_empty() {
                 let notes: Vec<String> = r
@@ -468,3 +495,36 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
     }
     Ok(())
 }
+
+/// `Pod team-a/llm`: the kind, namespace and name (or generateName) of a reviewed object.
+fn who(r: &Reviewed) -> String {
+    let s = r.request.summary(&r.decision);
+    format!("{} {}/{}", s.kind, s.namespace, s.name)
+}
+
+fn denial_message(r: &Reviewed) -> &str {
+    r.decision.message.as_deref().unwrap_or("(no message)")
+}
+
+/// The model cache outcome recorded in the patched object's annotations (the pod's, or a Job's
+/// template's): `model cache hit: <cache> (<resolved URI>)` or `model cache miss: <reason>`;
+/// `None` when the object has no model cache annotation.
+fn model_cache_outcome(patched: &Value) -> Option<String> {
+    let annotations = [
+        "/metadata/annotations",
+        "/spec/template/metadata/annotations",
+    ]
+    .iter()
+    .filter_map(|p| patched.pointer(p))
+    .find(|a| a.get(MODEL_CACHE).is_some())?;
+    let text = |key: &str| annotations.get(key).and_then(Value::as_str).unwrap_or("");
+    Some(match text(MODEL_CACHE) {
+        "miss" => match text(MODEL_CACHE_REASON) {
+            "" => "model cache miss".to_string(),
+            reason => format!("model cache miss: {reason}"),
+        },
+        cache => format!("model cache hit: {cache} ({})", text(RESOLVED_URI)),
+    })
+}
+
+const MODEL_CACHE_REASON: &str = "modelgate.io/model-cache-reason";

@@ -34,13 +34,15 @@ pub enum LogFormat {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address of the webhook listener (TLS).
-    #[arg(long, env = "MODELGATE_LISTEN", default_value = "0.0.0.0:8443")]
-    pub listen: SocketAddr,
+    /// Address of the webhook listener (TLS) [default: 0.0.0.0:8443; with --dev 127.0.0.1:8443,
+    /// so a development server with a throwaway CA is reachable from this machine only].
+    #[arg(long, env = "MODELGATE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
 
-    /// Address of the plain-HTTP listener for /healthz, /readyz and /metrics.
-    #[arg(long, env = "MODELGATE_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
-    pub probe_listen: SocketAddr,
+    /// Address of the plain-HTTP listener for /healthz, /readyz and /metrics [default:
+    /// 0.0.0.0:8080; with --dev 127.0.0.1:8080].
+    #[arg(long, env = "MODELGATE_PROBE_LISTEN", value_name = "ADDR")]
+    pub probe_listen: Option<SocketAddr>,
 
     /// Serving certificate (PEM, leaf first); reloaded when it changes. Required unless --dev.
     #[arg(
@@ -86,7 +88,8 @@ pub struct ServeArgs {
     pub caches: CacheFiles,
 
     /// Development mode: without --tls-cert/--tls-key, make (or reuse) a CA and a certificate for
-    /// localhost in --certs-dir, and print a curl command that sends a sample review.
+    /// localhost in --certs-dir, and print a curl command that sends a sample review. Listens on
+    /// 127.0.0.1 only (ports 8443 and 8080) unless --listen/--probe-listen say otherwise.
     #[arg(long, env = "MODELGATE_DEV", action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub dev: bool,
@@ -246,9 +249,10 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             NamespaceWatchConfig::default(),
         ))
     };
+    let (listen, probe_listen) = listen_addresses(&args);
     let options = ServeOptions {
-        listen: args.listen,
-        probe_listen: args.probe_listen,
+        listen,
+        probe_listen,
         tls,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
@@ -266,12 +270,19 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             .webhook_addr()
             .context("webhook listener")
             .map_err(StartError::Runtime)?;
+        let probe = server
+            .probe_addr()
+            .context("probe listener")
+            .map_err(StartError::Runtime)?;
         let sample = sample_path(&args.certs_dir).map_err(StartError::Runtime)?;
         println!(
-            "modelgate serve --dev: serving https://{host}:{port} with the certificate in {dir}\n\
+            "modelgate serve --dev: serving https://{host}:{port} (probes and metrics on \
+             http://{probe_host}:{probe_port}) with the certificate in {dir}\n\
              Send it a sample AdmissionReview:\n\n  {curl}\n",
             host = url_host(addr),
             port = addr.port(),
+            probe_host = url_host(probe),
+            probe_port = probe.port(),
             dir = args.certs_dir.display(),
             curl = curl_command(&made.ca, &sample, addr),
         );
@@ -280,6 +291,20 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     drop(caches);
     drop(namespace_watch);
     result
+}
+
+/// The webhook and probe addresses: the flags when given, else every interface in production
+/// (the Service routes to the pod) and loopback under `--dev`.
+fn listen_addresses(args: &ServeArgs) -> (SocketAddr, SocketAddr) {
+    let ip = if args.dev {
+        std::net::Ipv4Addr::LOCALHOST
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED
+    };
+    (
+        args.listen.unwrap_or(SocketAddr::from((ip, 8443))),
+        args.probe_listen.unwrap_or(SocketAddr::from((ip, 8080))),
+    )
 }
 
 /// Each connection is a file descriptor: raise the soft limit as far as the hard one allows,
@@ -393,6 +418,36 @@ mod tests {
         assert!(cmd.contains("--cacert '/tmp/my certs/ca.crt'"), "{cmd}");
         assert!(cmd.contains(r"'@it'\''s.json'"), "{cmd}");
         assert!(cmd.ends_with("https://127.0.0.1:1234/mutate"), "{cmd}");
+    }
+
+    #[test]
+    fn dev_listens_on_loopback_unless_told_otherwise() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let addrs = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap();
+            let (l, p) = listen_addresses(&cli.serve);
+            (l.to_string(), p.to_string())
+        };
+        let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(addrs(&["--dev"]), s("127.0.0.1:8443", "127.0.0.1:8080"));
+        assert_eq!(
+            addrs(&["--tls-cert", "c", "--tls-key", "k"]),
+            s("0.0.0.0:8443", "0.0.0.0:8080")
+        );
+        assert_eq!(
+            addrs(&["--dev", "--listen", "0.0.0.0:9443"]),
+            s("0.0.0.0:9443", "127.0.0.1:8080")
+        );
+        assert_eq!(
+            addrs(&["--dev", "--probe-listen", "[::]:9090"]),
+            s("127.0.0.1:8443", "[::]:9090")
+        );
     }
 
     #[test]

@@ -113,15 +113,26 @@ async fn bad_requests_get_4xx_and_the_server_stays_up() {
         let mut big = pod_review("big");
         big["request"]["object"]["metadata"]["annotations"] = json!({"filler": "x".repeat(70_000)});
         let big = serde_json::to_vec(&big).unwrap();
-        let a = fresh()
-            .await
-            .post_json("/mutate", big.clone())
-            .await
+        // Declared: the answer comes from the header alone, before any byte of the body is sent
+        // (a body written while the server answers and closes would race the answer).
+        let mut conn = fresh().await;
+        let (held, body) = http_body_util::channel::Channel::<Bytes>::new(1);
+        let req = conn
+            .request("POST", "/mutate")
+            .header("content-type", "application/json")
+            .header("content-length", big.len().to_string())
+            .body(http_body_util::BodyExt::boxed(body))
             .unwrap();
+        let a = conn.send(req).await.unwrap();
+        drop(held);
         assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{a:?}");
         assert_eq!(a.json()["code"], 413);
         let message = a.json()["message"].as_str().unwrap().to_string();
         assert!(message.contains("limit of 65536 bytes"), "{message}");
+        assert!(
+            message.contains(&format!("({} bytes)", big.len())),
+            "{message}"
+        );
         let mut conn = fresh().await;
         let (mut tx, body) = http_body_util::channel::Channel::<Bytes>::new(4);
         let req = conn

@@ -99,13 +99,7 @@ pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         namespaces,
         skipped,
     } = args.caches.load()?;
-    if !skipped.is_empty() {
-        eprintln!(
-            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
-            skipped.len(),
-            skipped.join(", ")
-        );
-    }
+    super::note_skipped(&skipped);
     let keep_entries = args.output == AuditOutput::Junit;
     let mut progress = Progress::new();
     let report = if args.from_cluster {

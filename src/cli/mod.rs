@@ -95,6 +95,18 @@ impl CacheFiles {
     }
 }
 
+/// Tells the user, on stderr, which `--caches` documents were neither cache objects nor
+/// Namespaces (`review` and `audit`; `serve` logs the same through tracing).
+fn note_skipped(skipped: &[String]) {
+    if !skipped.is_empty() {
+        eprintln!(
+            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
+}
+
 /// Exit code for bad input or flags.
 pub const EXIT_USAGE: u8 = 2;
 

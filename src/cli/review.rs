@@ -112,13 +112,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         namespaces,
         skipped,
     } = args.caches.load()?;
-    if !skipped.is_empty() {
-        eprintln!(
-            "note: --caches: skipped {} documents that are not cache objects or Namespaces: {}",
-            skipped.len(),
-            skipped.join(", ")
-        );
-    }
+    super::note_skipped(&skipped);
     if args.from_cluster {
         let listed = cluster::list_once_blocking(&index)?;
         for note in &listed.notes {

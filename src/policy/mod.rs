@@ -10,6 +10,7 @@ pub mod cache_prep;
 pub mod model_cache;
 pub mod nonroot;
 pub mod validate;
+pub mod view;
 pub mod workload;
 
 use serde_json::Value;

@@ -1,0 +1,616 @@
+//! The object under review as the rules read it: borrowed views of exactly the fields a rule of
+//! SPEC.md reads, decoded in one pass from the object's JSON text.
+//!
+//! Contract (SPEC.md §6):
+//! - every field listed here is type-checked against its Kubernetes schema (`runAsUser: "0"` or
+//!   `1000.5` is an error, and [`decode_pod`]/[`decode_job`] name the field's path);
+//! - every other field is skipped without being allocated or type-checked, but the whole text must
+//!   still be well-formed JSON (serde's `IgnoredAny` parses what it skips);
+//! - strings borrow from the text unless they hold an escape;
+//! - the field semantics are k8s-openapi's: `null` is the same as absent, a missing required field
+//!   (a container's `name`) reads as empty, and a key given twice keeps its last value (Go's
+//!   `encoding/json` and k8s-openapi do the same);
+//! - an init container is also kept as its raw JSON text, because the prep container is judged on
+//!   every field it has, including fields no type here knows.
+//!
+//! serde_json limits nesting to 128 levels where a value is decoded; what it skips, it skips with a
+//! heap stack, so deep nesting in an unread field costs no stack either.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A string of the object: borrowed from the JSON text, owned only when it held an escape.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Str<'a>(pub Cow<'a, str>);
+
+impl Deref for Str<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for Str<'_> {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Str<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct StrVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
+            type Value = Str<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                // As `String`'s visitor says it, so that messages match k8s-openapi's.
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(StrVisitor(PhantomData))
+    }
+}
+
+/// A `map[string]string` (labels, annotations, nodeSelector), sorted by key, each key once with
+/// its last value: the semantics of the `BTreeMap` k8s-openapi decodes into, without a tree.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StrMap<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'a> StrMap<'a> {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1.as_ref())
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The pairs in key order.
+    pub fn pairs(&self) -> &[(Cow<'a, str>, Cow<'a, str>)] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A map of the given pairs, with the decoder's semantics (sorted, last value wins).
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let entries = pairs
+            .into_iter()
+            .map(|(k, v)| (Cow::Borrowed(k), Cow::Borrowed(v)))
+            .collect();
+        Self::normalised(entries)
+    }
+
+    fn normalised(mut entries: Vec<(Cow<'a, str>, Cow<'a, str>)>) -> Self {
+        // A stable sort keeps repeated keys in their order, so the last of each run is the last
+        // one written.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                std::mem::swap(later, earlier);
+            }
+            same
+        });
+        StrMap(entries)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MapVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for MapVisitor<'a> {
+            type Value = StrMap<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrMap<'a>, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4).min(64));
+                while let Some(key) = map.next_key::<Str<'a>>()? {
+                    let value = map.next_value::<Str<'a>>()?;
+                    entries.push((key.0, value.0));
+                }
+                Ok(StrMap::normalised(entries))
+            }
+        }
+        d.deserialize_map(MapVisitor(PhantomData))
+    }
+}
+
+/// Declares a view struct whose fields are all `Option`s, and its decoder: a map visitor that
+/// reads the listed keys, skips every other one with [`IgnoredAny`], and keeps the last value of
+/// a key given twice. `expecting` is the Kubernetes type's name, as k8s-openapi says it in errors.
+macro_rules! view {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident $(<$lt:lifetime $(, $g:ident)?>)? expecting $expecting:literal {
+            $( $(#[$field_meta:meta])* $json:literal => $field:ident : $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name $(<$lt $(, $g)?>)? {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+
+        impl $(<$lt $(, $g)?>)? Default for $name $(<$lt $(, $g)?>)? {
+            fn default() -> Self {
+                $name { $( $field: None, )* }
+            }
+        }
+
+        view!(@impl $name [$($lt $(, $g)?)?] $expecting { $( $json => $field ),* });
+    };
+    (@impl $name:ident [] $expecting:literal { $( $json:literal => $field:ident ),* }) => {
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = $name;
+
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        let mut out = $name::default();
+                        while let Some(key) = map.next_key::<Str<'de>>()? {
+                            match &*key {
+                                $( $json => out.$field = map.next_value()?, )*
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(out)
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+    };
+    (@impl $name:ident [$lt:lifetime $(, $g:ident)?] $expecting:literal { $( $json:literal => $field:ident ),* }) => {
+        impl<'de: $lt, $lt $(, $g: Deserialize<'de>)?> Deserialize<'de> for $name<$lt $(, $g)?> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V<$lt $(, $g)?>(PhantomData<fn() -> $name<$lt $(, $g)?>>);
+                impl<'de: $lt, $lt $(, $g: Deserialize<'de>)?> Visitor<'de> for V<$lt $(, $g)?> {
+                    type Value = $name<$lt $(, $g)?>;
+
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+
+                    fn visit_map<A: MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<$name<$lt $(, $g)?>, A::Error> {
+                        let mut out = $name::default();
+                        while let Some(key) = map.next_key::<Str<'de>>()? {
+                            match &*key {
+                                $( $json => out.$field = map.next_value()?, )*
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(out)
+                    }
+                }
+                d.deserialize_map(V(PhantomData))
+            }
+        }
+    };
+}
+
+view! {
+    /// `metadata` of a Pod, a Job or a Job's pod template.
+    pub struct ObjectMetaView<'a> expecting "ObjectMeta" {
+        "name" => name: Option<Str<'a>>,
+        "generateName" => generate_name: Option<Str<'a>>,
+        "namespace" => namespace: Option<Str<'a>>,
+        "labels" => labels: Option<StrMap<'a>>,
+        "annotations" => annotations: Option<StrMap<'a>>,
+    }
+}
+
+view! {
+    /// The pod-level `securityContext`.
+    pub struct PodSecurityContextView expecting "PodSecurityContext" {
+        "runAsUser" => run_as_user: Option<i64>,
+        "runAsGroup" => run_as_group: Option<i64>,
+        "runAsNonRoot" => run_as_non_root: Option<bool>,
+        "fsGroup" => fs_group: Option<i64>,
+    }
+}
+
+view! {
+    /// A container's `securityContext`.
+    pub struct SecurityContextView expecting "SecurityContext" {
+        "runAsUser" => run_as_user: Option<i64>,
+        "runAsGroup" => run_as_group: Option<i64>,
+        "runAsNonRoot" => run_as_non_root: Option<bool>,
+    }
+}
+
+view! {
+    /// A container's volume mount: what the model mount compares with its own.
+    pub struct VolumeMountView<'a> expecting "VolumeMount" {
+        "name" => name: Option<Str<'a>>,
+        "mountPath" => mount_path: Option<Str<'a>>,
+        "subPath" => sub_path: Option<Str<'a>>,
+        "readOnly" => read_only: Option<bool>,
+        /// The other fields of a mount are only told apart from absent: a mount that has one is
+        /// not the one modelgate writes.
+        "subPathExpr" => sub_path_expr: Option<IgnoredAnyPresent>,
+        "mountPropagation" => mount_propagation: Option<IgnoredAnyPresent>,
+        "recursiveReadOnly" => recursive_read_only: Option<IgnoredAnyPresent>,
+    }
+}
+
+/// A field whose value no rule reads, only whether it is there (not `null`): skipped, not checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IgnoredAnyPresent;
+
+impl<'de> Deserialize<'de> for IgnoredAnyPresent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(d).map(|_| IgnoredAnyPresent)
+    }
+}
+
+view! {
+    /// A container of any of the three lists.
+    pub struct ContainerView<'a> expecting "Container" {
+        "name" => name: Option<Str<'a>>,
+        "securityContext" => security_context: Option<SecurityContextView>,
+        "volumeMounts" => volume_mounts: Option<Vec<VolumeMountView<'a>>>,
+    }
+}
+
+impl ContainerView<'_> {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// An init container: its view, and its JSON exactly as received (the prep container is judged
+/// on every field it has).
+#[derive(Clone, Debug)]
+pub struct InitContainerView<'a> {
+    pub container: ContainerView<'a>,
+    pub raw: &'a RawValue,
+}
+
+impl PartialEq for InitContainerView<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.container == other.container && self.raw.get() == other.raw.get()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for InitContainerView<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // The raw text first, then the view from it: the text is short, and this way the view's
+        // strings still borrow from the review. (A failure is named by the path-tracking pass,
+        // which decodes init containers as plain `ContainerView`s.)
+        let raw = <&'a RawValue>::deserialize(d)?;
+        let container = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+        Ok(InitContainerView { container, raw })
+    }
+}
+
+/// How an init container list entry reads as a container, for the pod's code that does not care
+/// which decoding pass produced it.
+pub trait AsContainer<'a> {
+    fn container(&self) -> &ContainerView<'a>;
+}
+
+impl<'a> AsContainer<'a> for ContainerView<'a> {
+    fn container(&self) -> &ContainerView<'a> {
+        self
+    }
+}
+
+impl<'a> AsContainer<'a> for InitContainerView<'a> {
+    fn container(&self) -> &ContainerView<'a> {
+        &self.container
+    }
+}
+
+/// A volume: its name and which sources it has (the keys besides `name` whose value is not
+/// `null`; the API server admits exactly one). A source's content is not read, except the
+/// `persistentVolumeClaim` of modelgate's own model volume.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VolumeView<'a> {
+    pub name: Option<Str<'a>>,
+    pub sources: Vec<Str<'a>>,
+    pub persistent_volume_claim: Option<PvcSourceView<'a>>,
+}
+
+impl VolumeView<'_> {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    /// The volume has this source (`emptyDir`, `persistentVolumeClaim`, ...).
+    pub fn has_source(&self, kind: &str) -> bool {
+        self.sources.iter().any(|s| *s == kind)
+    }
+}
+
+view! {
+    /// `persistentVolumeClaim` of a volume.
+    pub struct PvcSourceView<'a> expecting "PersistentVolumeClaimVolumeSource" {
+        "claimName" => claim_name: Option<Str<'a>>,
+        "readOnly" => read_only: Option<bool>,
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = VolumeView<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("Volume")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VolumeView<'a>, A::Error> {
+                let mut out = VolumeView::default();
+                while let Some(key) = map.next_key::<Str<'a>>()? {
+                    let present = match &*key {
+                        "name" => {
+                            out.name = map.next_value()?;
+                            continue;
+                        }
+                        "persistentVolumeClaim" => {
+                            out.persistent_volume_claim = map.next_value()?;
+                            out.persistent_volume_claim.is_some()
+                        }
+                        _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
+                    };
+                    // A key given twice keeps its last value: `null` the second time removes it.
+                    out.sources.retain(|s| *s != *key);
+                    if present {
+                        out.sources.push(key);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+view! {
+    /// `spec.os`.
+    pub struct PodOsView<'a> expecting "PodOS" {
+        "name" => name: Option<Str<'a>>,
+    }
+}
+
+view! {
+    /// One requirement of a node selector term (`matchExpressions` or `matchFields`).
+    pub struct NodeSelectorRequirementView<'a> expecting "NodeSelectorRequirement" {
+        "key" => key: Option<Str<'a>>,
+        "operator" => operator: Option<Str<'a>>,
+        "values" => values: Option<Vec<Str<'a>>>,
+    }
+}
+
+view! {
+    /// One term of a node selector (terms are ORed, requirements within a term ANDed).
+    pub struct NodeSelectorTermView<'a> expecting "NodeSelectorTerm" {
+        "matchExpressions" => match_expressions: Option<Vec<NodeSelectorRequirementView<'a>>>,
+        "matchFields" => match_fields: Option<Vec<NodeSelectorRequirementView<'a>>>,
+    }
+}
+
+view! {
+    /// `requiredDuringSchedulingIgnoredDuringExecution` of a node affinity.
+    pub struct NodeSelectorView<'a> expecting "NodeSelector" {
+        "nodeSelectorTerms" => node_selector_terms: Option<Vec<NodeSelectorTermView<'a>>>,
+    }
+}
+
+view! {
+    /// `affinity.nodeAffinity`: only its required part is read.
+    pub struct NodeAffinityView<'a> expecting "NodeAffinity" {
+        "requiredDuringSchedulingIgnoredDuringExecution" => required: Option<NodeSelectorView<'a>>,
+    }
+}
+
+view! {
+    /// `spec.affinity`: only the node affinity is read.
+    pub struct AffinityView<'a> expecting "Affinity" {
+        "nodeAffinity" => node_affinity: Option<NodeAffinityView<'a>>,
+    }
+}
+
+view! {
+    /// A pod spec. `I` is how an init container is decoded: [`InitContainerView`] (with its raw
+    /// text) on the request path, [`ContainerView`] in the pass that names a failing field.
+    pub struct PodSpecOf<'a, I> expecting "PodSpec" {
+        "securityContext" => security_context: Option<PodSecurityContextView>,
+        "os" => os: Option<PodOsView<'a>>,
+        "nodeSelector" => node_selector: Option<StrMap<'a>>,
+        "affinity" => affinity: Option<AffinityView<'a>>,
+        "volumes" => volumes: Option<Vec<VolumeView<'a>>>,
+        "initContainers" => init_containers: Option<Vec<I>>,
+        "containers" => containers: Option<Vec<ContainerView<'a>>>,
+        "ephemeralContainers" => ephemeral_containers: Option<Vec<ContainerView<'a>>>,
+    }
+}
+
+/// The pod spec as the rules read it.
+pub type PodSpecView<'a> = PodSpecOf<'a, InitContainerView<'a>>;
+
+view! {
+    /// A Pod.
+    pub struct PodOf<'a, I> expecting "Pod" {
+        "kind" => kind: Option<Str<'a>>,
+        "metadata" => metadata: Option<ObjectMetaView<'a>>,
+        "spec" => spec: Option<PodSpecOf<'a, I>>,
+    }
+}
+
+/// A Pod as the rules read it.
+pub type PodView<'a> = PodOf<'a, InitContainerView<'a>>;
+
+view! {
+    /// `spec.template` of a Job.
+    pub struct PodTemplateOf<'a, I> expecting "PodTemplateSpec" {
+        "metadata" => metadata: Option<ObjectMetaView<'a>>,
+        "spec" => spec: Option<PodSpecOf<'a, I>>,
+    }
+}
+
+view! {
+    /// `spec` of a Job: only its pod template is read.
+    pub struct JobSpecOf<'a, I> expecting "JobSpec" {
+        "template" => template: Option<PodTemplateOf<'a, I>>,
+    }
+}
+
+view! {
+    /// A batch/v1 Job.
+    pub struct JobOf<'a, I> expecting "Job" {
+        "kind" => kind: Option<Str<'a>>,
+        "metadata" => metadata: Option<ObjectMetaView<'a>>,
+        "spec" => spec: Option<JobSpecOf<'a, I>>,
+    }
+}
+
+/// A Job as the rules read it.
+pub type JobView<'a> = JobOf<'a, InitContainerView<'a>>;
+
+impl<'a> PodSpecView<'a> {
+    pub fn init_containers(&self) -> &[InitContainerView<'a>] {
+        self.init_containers.as_deref().unwrap_or_default()
+    }
+
+    pub fn containers(&self) -> &[ContainerView<'a>] {
+        self.containers.as_deref().unwrap_or_default()
+    }
+
+    pub fn ephemeral_containers(&self) -> &[ContainerView<'a>] {
+        self.ephemeral_containers.as_deref().unwrap_or_default()
+    }
+
+    pub fn volumes(&self) -> &[VolumeView<'a>] {
+        self.volumes.as_deref().unwrap_or_default()
+    }
+
+    /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub fn required_node_selector(&self) -> Option<&NodeSelectorView<'a>> {
+        self.affinity
+            .as_ref()?
+            .node_affinity
+            .as_ref()?
+            .required
+            .as_ref()
+    }
+}
+
+/// Why the object could not be read: the path of the offending field (`.` for the object itself)
+/// and serde_json's message without its position (which would point into the re-encoded object
+/// the API server sent, which nobody sees).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeFailure {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for DecodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Decodes a Pod. On the happy path one pass; on failure a second pass, with path tracking, only
+/// to name the field.
+pub fn decode_pod(text: &str) -> Result<PodView<'_>, DecodeFailure> {
+    serde_json::from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
+}
+
+/// Decodes a batch/v1 Job, as [`decode_pod`].
+pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
+    serde_json::from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
+}
+
+/// Decodes `text` again as `T` (the same views, init containers without their raw text), tracking
+/// the path, to say which field failed.
+fn failure<'a, T: Deserialize<'a>>(text: &'a str) -> DecodeFailure {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let (path, inner) = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(e) => (e.path().to_string(), e.into_inner()),
+        // The views decoded, so what failed was the end of the text.
+        Ok(_) => match de.end() {
+            Err(e) => (".".to_string(), e),
+            Ok(()) => {
+                return DecodeFailure {
+                    path: ".".into(),
+                    message: "cannot be decoded".into(),
+                };
+            }
+        },
+    };
+    let message = inner.to_string();
+    let position = format!(" at line {} column {}", inner.line(), inner.column());
+    DecodeFailure {
+        path,
+        message: message
+            .strip_suffix(&position)
+            .unwrap_or(&message)
+            .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

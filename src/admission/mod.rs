@@ -15,15 +15,12 @@ pub use mode::PolicyResult;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::JobSpec;
-use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::config::{PREP_CONTAINER, PolicyConfig};
+use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::FieldPath;
+use crate::policy::view::{self, JobView, ObjectMetaView, PodView};
 use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
@@ -299,65 +296,17 @@ impl WorkloadKind {
     }
 }
 
-/// A Pod as modelgate decodes it: `metadata` optional so that its absence is seen.
-#[derive(Deserialize)]
-struct PodObject {
-    kind: Option<String>,
-    metadata: Option<ObjectMeta>,
-    spec: Option<PodSpec>,
-    #[allow(dead_code)] // decoded so that a malformed status is refused like any field
-    status: Option<k8s_openapi::api::core::v1::PodStatus>,
-}
-
-#[derive(Deserialize)]
-struct JobObject {
-    kind: Option<String>,
-    metadata: Option<ObjectMeta>,
-    spec: Option<JobSpec>,
-    #[allow(dead_code)]
-    status: Option<k8s_openapi::api::batch::v1::JobStatus>,
-}
-
-/// The object decoded as the kind the request names, and the raw init containers when one of
-/// them must be judged as the prep container.
-struct DecodedObject {
-    object: Object,
-    raw_init_containers: Option<Vec<Box<RawValue>>>,
-}
-
-enum Object {
-    Pod(Box<PodObject>),
-    Job(Box<JobObject>),
-}
-
-#[derive(Deserialize)]
-struct RawInit<'a> {
-    #[serde(borrow, rename = "initContainers")]
-    init_containers: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize)]
-struct RawSpec<'a> {
-    #[serde(borrow)]
-    spec: Option<RawInit<'a>>,
-}
-
-#[derive(Deserialize)]
-struct RawTemplate<'a> {
-    #[serde(borrow)]
-    template: Option<RawSpec<'a>>,
-}
-
-#[derive(Deserialize)]
-struct RawJob<'a> {
-    #[serde(borrow)]
-    spec: Option<RawTemplate<'a>>,
+/// The object decoded as the kind the request names, into the views of the fields the rules
+/// read (SPEC.md §6), borrowing from the object's text.
+enum DecodedObject<'a> {
+    Pod(PodView<'a>),
+    Job(JobView<'a>),
 }
 
 const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes API schema.";
 
-impl DecodedObject {
-    fn decode(kind: WorkloadKind, raw: &RawValue) -> Result<Self, Denial> {
+impl<'a> DecodedObject<'a> {
+    fn decode(kind: WorkloadKind, raw: &'a RawValue) -> Result<Self, Denial> {
         let fail = |field: String, problem: String| {
             Denial::single(Rule::Schema, field, problem, DECODE_ADVICE)
         };
@@ -368,43 +317,28 @@ impl DecodedObject {
                 format!("cannot be decoded as a {}: not an object", kind.as_str()),
             ));
         }
-        fn typed<T: serde::de::DeserializeOwned>(text: &str, kind: &str) -> Result<T, Denial> {
-            if let Ok(t) = serde_json::from_str(text) {
-                return Ok(t);
-            }
-            // Decode again with path tracking (slower), only to name the offending field.
-            let de = &mut serde_json::Deserializer::from_str(text);
-            match serde_path_to_error::deserialize::<_, T>(de) {
-                Ok(t) => Ok(t),
-                Err(e) => {
-                    let path = e.path().to_string();
-                    let field = if path == "." {
-                        "request.object".to_string()
-                    } else {
-                        path
-                    };
-                    // The position is in the re-encoded object the API server sent, which
-                    // nobody can see; the field path says where the problem is.
-                    let inner = e.inner();
-                    let message = inner.to_string();
-                    let position = format!(" at line {} column {}", inner.line(), inner.column());
-                    let message = message.strip_suffix(&position).unwrap_or(&message);
-                    Err(Denial::single(
-                        Rule::Schema,
-                        field,
-                        format!("cannot be decoded as a {kind}: {message}"),
-                        DECODE_ADVICE,
-                    ))
-                }
-            }
-        }
-        let object = match kind {
-            WorkloadKind::Pod => Object::Pod(typed(text, "Pod")?),
-            WorkloadKind::Job => Object::Job(typed(text, "Job")?),
+        let decoded = match kind {
+            WorkloadKind::Pod => view::decode_pod(text).map(DecodedObject::Pod),
+            WorkloadKind::Job => view::decode_job(text).map(DecodedObject::Job),
         };
-        let found = match &object {
-            Object::Pod(p) => p.kind.as_deref(),
-            Object::Job(j) => j.kind.as_deref(),
+        let decoded = decoded.map_err(|failure| {
+            let field = if failure.path == "." {
+                "request.object".to_string()
+            } else {
+                failure.path
+            };
+            fail(
+                field,
+                format!(
+                    "cannot be decoded as a {}: {}",
+                    kind.as_str(),
+                    failure.message
+                ),
+            )
+        })?;
+        let found = match &decoded {
+            DecodedObject::Pod(p) => p.kind.as_deref(),
+            DecodedObject::Job(j) => j.kind.as_deref(),
         };
         if let Some(found) = found
             && found != kind.as_str()
@@ -417,40 +351,18 @@ impl DecodedObject {
                 ),
             ));
         }
-        let mut decoded = DecodedObject {
-            object,
-            raw_init_containers: None,
-        };
-        // Only a pod with a container named like the prep needs its init containers as received.
-        let has_prep = decoded
-            .pod_spec()
-            .and_then(|s| s.init_containers.as_ref())
-            .is_some_and(|ics| ics.iter().any(|c| c.name == PREP_CONTAINER));
-        if has_prep {
-            let raw_init = match kind {
-                WorkloadKind::Pod => serde_json::from_str::<RawSpec>(text)
-                    .ok()
-                    .and_then(|r| r.spec),
-                WorkloadKind::Job => serde_json::from_str::<RawJob>(text)
-                    .ok()
-                    .and_then(|r| r.spec?.template?.spec),
-            };
-            decoded.raw_init_containers = raw_init
-                .and_then(|r| r.init_containers)
-                .map(|v| v.into_iter().map(|c| c.to_owned()).collect());
-        }
         Ok(decoded)
     }
 
-    fn metadata(&self) -> Option<&ObjectMeta> {
-        match &self.object {
-            Object::Pod(p) => p.metadata.as_ref(),
-            Object::Job(j) => j.metadata.as_ref(),
+    fn metadata(&self) -> Option<&ObjectMetaView<'a>> {
+        match self {
+            DecodedObject::Pod(p) => p.metadata.as_ref(),
+            DecodedObject::Job(j) => j.metadata.as_ref(),
         }
     }
 
     fn is_mirror_pod(&self) -> bool {
-        matches!(self.object, Object::Pod(_))
+        matches!(self, DecodedObject::Pod(_))
             && self
                 .metadata()
                 .and_then(|m| m.annotations.as_ref())
@@ -473,23 +385,15 @@ impl DecodedObject {
             .or(meta.generate_name.as_deref())
     }
 
-    fn pod_spec(&self) -> Option<&PodSpec> {
-        match &self.object {
-            Object::Pod(p) => p.spec.as_ref(),
-            Object::Job(j) => j.spec.as_ref()?.template.spec.as_ref(),
-        }
-    }
-
-    fn workload<'a>(
-        &'a self,
-        namespace: &'a str,
+    fn workload<'w>(
+        &'w self,
+        namespace: &'w str,
         restricted_namespace: bool,
-    ) -> Result<Workload<'a>, Denial> {
+    ) -> Result<Workload<'w>, Denial> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
-        let raw_init_containers = self.raw_init_containers.as_deref();
-        match &self.object {
-            Object::Pod(p) => Ok(Workload {
+        match self {
+            DecodedObject::Pod(p) => Ok(Workload {
                 kind: "Pod",
                 namespace,
                 restricted_namespace,
@@ -497,28 +401,23 @@ impl DecodedObject {
                 labels: p.metadata.as_ref().and_then(|m| m.labels.as_ref()),
                 has_metadata: p.metadata.is_some(),
                 spec: p.spec.as_ref().ok_or_else(|| missing("spec"))?,
-                raw_init_containers,
                 meta_path: FieldPath::root().key("metadata"),
                 spec_path: FieldPath::root().key("spec"),
             }),
-            Object::Job(j) => {
+            DecodedObject::Job(j) => {
                 let spec = j.spec.as_ref().ok_or_else(|| missing("spec"))?;
-                let template = &spec.template;
+                let template = spec.template.as_ref();
+                let metadata = template.and_then(|t| t.metadata.as_ref());
                 Ok(Workload {
                     kind: "Job",
                     namespace,
                     restricted_namespace,
-                    annotations: template
-                        .metadata
-                        .as_ref()
-                        .and_then(|m| m.annotations.as_ref()),
-                    labels: template.metadata.as_ref().and_then(|m| m.labels.as_ref()),
-                    has_metadata: template.metadata.is_some(),
+                    annotations: metadata.and_then(|m| m.annotations.as_ref()),
+                    labels: metadata.and_then(|m| m.labels.as_ref()),
+                    has_metadata: metadata.is_some(),
                     spec: template
-                        .spec
-                        .as_ref()
+                        .and_then(|t| t.spec.as_ref())
                         .ok_or_else(|| missing("spec.template.spec"))?,
-                    raw_init_containers,
                     meta_path: FieldPath::root().keys(["spec", "template", "metadata"]),
                     spec_path: FieldPath::root().keys(["spec", "template", "spec"]),
                 })

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
-    VolumeMount,
+    Capabilities, Container, ResourceRequirements, SeccompProfile, SecurityContext, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::view::VolumeView;
 use super::workload::Workload;
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 
@@ -33,27 +33,24 @@ const NOT_CACHE_STORAGE: [&str; 7] = [
     "gitRepo",
 ];
 
-/// The source of a volume, by its field name (`persistentVolumeClaim`, `nfs`, …); `None` for a
-/// volume without one, which the API server defaults to `emptyDir`.
-fn volume_source(v: &Volume) -> Option<String> {
-    let serde_json::Value::Object(fields) = serde_json::to_value(v).ok()? else {
-        return None;
-    };
-    fields.into_iter().map(|(k, _)| k).find(|k| k != "name")
-}
-
-fn is_writable_storage(v: &Volume) -> bool {
-    volume_source(v).is_some_and(|source| !NOT_CACHE_STORAGE.contains(&source.as_str()))
+/// Whether the volume is persistent, writable storage: it has a source, and none of its sources
+/// is one of [`NOT_CACHE_STORAGE`]. A volume without a source is an `emptyDir` (the API server's
+/// default); a source this code does not know (a newer Kubernetes) is storage like any other.
+fn is_writable_storage(v: &VolumeView) -> bool {
+    !v.sources.is_empty()
+        && !v
+            .sources
+            .iter()
+            .any(|source| NOT_CACHE_STORAGE.contains(&&**source))
 }
 
 /// Whether the pod has the cache volume, backed by writable storage ("mounts the model cache").
 pub fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
     let name = cache_volume_name(w, cfg);
     w.spec
-        .volumes
+        .volumes()
         .iter()
-        .flatten()
-        .any(|v| v.name == name && is_writable_storage(v))
+        .any(|v| v.name() == name && is_writable_storage(v))
 }
 
 /// `--model-cache-prep` as it applies to this pod: `never` in a namespace that enforces Pod
@@ -166,7 +163,7 @@ const DEFAULTED: [&str; 3] = [
 /// received: every field but the defaulted ones must be canonical, including fields this code's
 /// types do not know, so nothing can ride along with a root container.
 pub fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> bool {
-    let Some(raw) = w.raw_init_containers.and_then(|r| r.get(index)) else {
+    let Some(raw) = w.spec.init_containers().get(index).map(|c| c.raw) else {
         return false;
     };
     let Ok(serde_json::Value::Object(mut existing)) = serde_json::from_str(raw.get()) else {
@@ -213,8 +210,8 @@ mod tests {
     }
 
     fn judged(raw: serde_json::Value, canonical: &Container) -> bool {
-        let spec = k8s_openapi::api::core::v1::PodSpec::default();
-        let raw = vec![serde_json::value::to_raw_value(&raw).unwrap()];
+        let text = serde_json::json!({ "initContainers": [raw] }).to_string();
+        let spec: crate::policy::view::PodSpecView = serde_json::from_str(&text).unwrap();
         let w = Workload {
             kind: "Pod",
             namespace: "t",
@@ -223,7 +220,6 @@ mod tests {
             labels: None,
             has_metadata: true,
             spec: &spec,
-            raw_init_containers: Some(&raw),
             meta_path: crate::patch::FieldPath::root().key("metadata"),
             spec_path: crate::patch::FieldPath::root().key("spec"),
         };

@@ -233,10 +233,13 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
         let fs_group = fs_group.or(w.pod_fs_group());
         let volume = cache_prep::cache_volume_name(w, cfg);
         let canonical = cache_prep::canonical(cfg, volume, uid, fs_group);
-        let init = w.spec.init_containers.as_deref().unwrap_or_default();
+        let init = w.spec.init_containers();
         let init_path = w.spec_path.key("initContainers");
         let value = serde_json::to_value(&canonical).expect("a Container always serializes");
-        match init.iter().position(|c| c.name == PREP_CONTAINER) {
+        match init
+            .iter()
+            .position(|c| c.container.name() == PREP_CONTAINER)
+        {
             Some(i) if cache_prep::is_canonical_at(w, i, &canonical) => {}
             Some(i) => {
                 m.patch.replace(&init_path.index(i), value);

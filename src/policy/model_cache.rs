@@ -3,9 +3,12 @@
 //! inputs, short-circuits what needs no lookup (opted out, KServe-managed, not synced) and turns
 //! the answer into patch operations and warnings.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use serde_json::{Value, json};
 
+use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
 use super::{Change, Rule};
 use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason};
@@ -78,15 +81,25 @@ pub fn apply(
             index.record_miss(reason);
             Lookup::Miss(Miss::because(reason))
         }
-        None => index.lookup(&LookupRequest {
-            namespace: w.namespace,
-            model_uri,
-            node_group: w
-                .annotation(NODE_GROUP)
-                .or_else(|| w.annotation(KSERVE_NODE_GROUP)),
-            node_selector: w.spec.node_selector.as_ref(),
-            layout: cfg.cache_layout,
-        }),
+        None => {
+            // The index keeps node labels as owned maps; a pod's selector is a few pairs.
+            let node_selector: Option<BTreeMap<String, String>> =
+                w.spec.node_selector.as_ref().map(|s| {
+                    s.pairs()
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                });
+            index.lookup(&LookupRequest {
+                namespace: w.namespace,
+                model_uri,
+                node_group: w
+                    .annotation(NODE_GROUP)
+                    .or_else(|| w.annotation(KSERVE_NODE_GROUP)),
+                node_selector: node_selector.as_ref(),
+                layout: cfg.cache_layout,
+            })
+        }
     };
     match answer {
         Lookup::Hit(h) => {
@@ -194,15 +207,11 @@ fn hit(
 
     let volume = json!({ "name": VOLUME, "persistentVolumeClaim": { "claimName": h.pvc, "readOnly": true } });
     let volumes = w.spec_path.key("volumes");
-    let existing = w.spec.volumes.as_deref();
-    match existing.and_then(|vs| vs.iter().position(|v| v.name == VOLUME)) {
-        Some(i)
-            if existing
-                .and_then(|vs| serde_json::to_value(&vs[i]).ok())
-                .as_ref()
-                == Some(&volume) => {}
+    let existing = w.spec.volumes();
+    match existing.iter().position(|v| v.name() == VOLUME) {
+        Some(i) if is_model_volume(&existing[i], &h.pvc) => {}
         Some(i) => patch.replace(&volumes.index(i), volume),
-        None => patch.push_to(&volumes, existing.is_some(), volume),
+        None => patch.push_to(&volumes, w.spec.volumes.is_some(), volume),
     }
 
     let mount = json!({ "name": VOLUME, "mountPath": cfg.model_mount_path, "subPath": sub_path, "readOnly": true });
@@ -212,21 +221,22 @@ fn hit(
         .filter(|c| c.list == ContainerList::Regular)
     {
         let mounts_path = c.path.key("volumeMounts");
-        let mounts = c.volume_mounts.map(Vec::as_slice).unwrap_or_default();
+        let mounts = c.volume_mounts.unwrap_or_default();
         if let Some(other) = mounts
             .iter()
-            .find(|vm| vm.mount_path == cfg.model_mount_path && vm.name != VOLUME)
+            .find(|vm| vm.mount_path() == cfg.model_mount_path && vm.name() != VOLUME)
         {
             warnings.push(format!(
                 "container {} already mounts {} at {}: model not mounted there",
-                c.name, other.name, cfg.model_mount_path
+                c.name,
+                other.name(),
+                cfg.model_mount_path
             ));
             continue;
         }
-        match mounts.iter().position(|vm| vm.name == VOLUME) {
+        match mounts.iter().position(|vm| vm.name() == VOLUME) {
             Some(i) => {
-                let current = serde_json::to_value(&mounts[i]).unwrap_or(Value::Null);
-                if current != mount {
+                if !is_model_mount(&mounts[i], &cfg.model_mount_path, &sub_path) {
                     patch.replace(&mounts_path.index(i), mount.clone());
                 }
             }
@@ -238,6 +248,26 @@ fn hit(
         require_node_terms(w, &placement_terms(p), patch);
     }
     h.cache.describe()
+}
+
+/// Whether `v` is exactly the volume a hit writes (`persistentVolumeClaim` `pvc`, read-only, no
+/// other source), so that a second pass leaves it alone.
+fn is_model_volume(v: &VolumeView, pvc: &str) -> bool {
+    let claim = v.persistent_volume_claim.as_ref();
+    v.sources.len() == 1
+        && claim.and_then(|c| c.claim_name.as_deref()) == Some(pvc)
+        && claim.and_then(|c| c.read_only) == Some(true)
+}
+
+/// Whether `m` is exactly the mount a hit writes: `mountPath`, `subPath`, read-only, and none of
+/// a mount's other fields.
+fn is_model_mount(m: &VolumeMountView, mount_path: &str, sub_path: &str) -> bool {
+    m.mount_path() == mount_path
+        && m.sub_path.as_deref() == Some(sub_path)
+        && m.read_only == Some(true)
+        && m.sub_path_expr.is_none()
+        && m.mount_propagation.is_none()
+        && m.recursive_read_only.is_none()
 }
 
 /// The group's required node terms, each ANDed with `metadata.name In [<downloaded nodes>]`
@@ -268,42 +298,57 @@ fn miss(w: &Workload, reason: MissReason, patch: &mut PatchBuilder) {
     }
     // Mounts first (their indices do not move when a volume goes), highest index first.
     for c in w.containers() {
-        let mounts = c.volume_mounts.map(Vec::as_slice).unwrap_or_default();
+        let mounts = c.volume_mounts.unwrap_or_default();
         for (i, _) in mounts
             .iter()
             .enumerate()
             .rev()
-            .filter(|(_, vm)| vm.name == VOLUME)
+            .filter(|(_, vm)| vm.name() == VOLUME)
         {
             patch.remove(&c.path.key("volumeMounts").index(i));
         }
     }
-    let volumes = w.spec.volumes.as_deref().unwrap_or_default();
+    let volumes = w.spec.volumes();
     for (i, _) in volumes
         .iter()
         .enumerate()
         .rev()
-        .filter(|(_, v)| v.name == VOLUME)
+        .filter(|(_, v)| v.name() == VOLUME)
     {
         patch.remove(&w.spec_path.key("volumes").index(i));
     }
 }
 
 /// Does `term` already require everything `required` requires?
-fn implies(term: &NodeSelectorTerm, required: &NodeSelectorTerm) -> bool {
-    fn contains<T: PartialEq>(have: &Option<Vec<T>>, need: &Option<Vec<T>>) -> bool {
+fn implies(term: &NodeSelectorTermView, required: &NodeSelectorTerm) -> bool {
+    fn contains(
+        have: &Option<Vec<NodeSelectorRequirementView>>,
+        need: &Option<Vec<NodeSelectorRequirement>>,
+    ) -> bool {
         need.iter()
             .flatten()
-            .all(|n| have.iter().flatten().any(|h| h == n))
+            .all(|n| have.iter().flatten().any(|h| same_requirement(h, n)))
     }
     contains(&term.match_expressions, &required.match_expressions)
         && contains(&term.match_fields, &required.match_fields)
 }
 
+/// The pod's requirement `have` is the requirement `need` (values in the same order, as
+/// k8s-openapi's equality compares them).
+fn same_requirement(have: &NodeSelectorRequirementView, need: &NodeSelectorRequirement) -> bool {
+    let have_values = have.values.as_deref().unwrap_or_default();
+    let need_values = need.values.as_deref().unwrap_or_default();
+    have.key() == need.key
+        && have.operator() == need.operator
+        && have.values.is_some() == need.values.is_some()
+        && have_values.len() == need_values.len()
+        && have_values.iter().zip(need_values).all(|(h, n)| **h == **n)
+}
+
 /// Appends `required`'s requirements to the term at `term_path` (which holds `term`).
 fn and_into(
     term_path: &FieldPath,
-    term: &NodeSelectorTerm,
+    term: &NodeSelectorTermView,
     required: &NodeSelectorTerm,
     patch: &mut PatchBuilder,
 ) {
@@ -351,19 +396,14 @@ fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut P
     }
     let affinity = w.spec.affinity.as_ref();
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let selector = node_affinity.and_then(|n| {
-        n.required_during_scheduling_ignored_during_execution
-            .as_ref()
-    });
+    let selector = node_affinity.and_then(|n| n.required.as_ref());
     let base: FieldPath = w.spec_path.key("affinity");
     let selector_path = base.keys([
         "nodeAffinity",
         "requiredDuringSchedulingIgnoredDuringExecution",
     ]);
     let terms_path = selector_path.key("nodeSelectorTerms");
-    let current = selector
-        .map(|s| s.node_selector_terms.as_slice())
-        .unwrap_or_default();
+    let current = selector.map(|s| s.terms()).unwrap_or_default();
     if current.is_empty() {
         let terms = Value::Array(to_values(required));
         if affinity.is_none() {
@@ -410,11 +450,24 @@ mod tests {
     #[test]
     fn implies_needs_every_requirement() {
         let term = |v: Value| -> NodeSelectorTerm { serde_json::from_value(v).unwrap() };
+        let implied = |have: Value, need: &NodeSelectorTerm| {
+            let text = have.to_string();
+            let view: NodeSelectorTermView = serde_json::from_str(&text).unwrap();
+            implies(&view, need)
+        };
         let zone = json!({"key": "zone", "operator": "In", "values": ["a"]});
         let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
         let p = term(json!({"matchExpressions": [gpu]}));
-        assert!(implies(&term(json!({"matchExpressions": [zone, gpu]})), &p));
-        assert!(!implies(&term(json!({"matchExpressions": [zone]})), &p));
-        assert!(implies(&term(json!({})), &term(json!({}))));
+        assert!(implied(json!({"matchExpressions": [zone, gpu]}), &p));
+        assert!(!implied(json!({"matchExpressions": [zone]}), &p));
+        assert!(implied(json!({}), &term(json!({}))));
+        // Values compare as lists, and an absent list is not an empty one.
+        let gpu_tpu = json!({"key": "node-type", "operator": "In", "values": ["tpu", "gpu"]});
+        assert!(!implied(json!({"matchExpressions": [gpu_tpu]}), &p));
+        let exists = term(json!({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}));
+        let empty = json!({"key": "gpu", "operator": "Exists", "values": []});
+        assert!(!implied(json!({"matchExpressions": [empty]}), &exists));
+        let absent = json!({"key": "gpu", "operator": "Exists"});
+        assert!(implied(json!({"matchExpressions": [absent]}), &exists));
     }
 }

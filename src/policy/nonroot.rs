@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::view::SecurityContextView;
 use super::workload::{ContainerList, ContainerRef, Workload};
 use super::{Change, Mutation, Rule, cache_prep, set_security_fields};
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
@@ -33,7 +34,7 @@ pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> Pod
         };
     }
     let containers: Vec<_> = governed(w, prep_managed).collect();
-    let lacks = |f: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>| {
+    let lacks = |f: fn(&SecurityContextView) -> Option<i64>| {
         containers
             .iter()
             .any(|c| c.security_context.and_then(f).is_none())

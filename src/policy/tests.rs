@@ -1,6 +1,5 @@
 //! The per-rule account of a mutation (`Mutation::changes`) and of a denial (`Violation::rule`).
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::*;
@@ -8,24 +7,17 @@ use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::patch::FieldPath;
 
 fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
-    let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
-    let meta = &typed.metadata;
-    // The prep container is judged on its JSON as received, as the admission layer keeps it.
-    let raw: Option<Vec<Box<serde_json::value::RawValue>>> =
-        pod["spec"]["initContainers"].as_array().map(|a| {
-            a.iter()
-                .map(|c| serde_json::value::to_raw_value(c).unwrap())
-                .collect()
-        });
+    let text = pod.to_string();
+    let view = view::decode_pod(&text).unwrap();
+    let meta = view.metadata.as_ref();
     let w = Workload {
         kind: "Pod",
         namespace: "team-a",
         restricted_namespace: false,
-        annotations: meta.annotations.as_ref(),
-        labels: meta.labels.as_ref(),
+        annotations: meta.and_then(|m| m.annotations.as_ref()),
+        labels: meta.and_then(|m| m.labels.as_ref()),
         has_metadata: true,
-        spec: typed.spec.as_ref().unwrap(),
-        raw_init_containers: raw.as_deref(),
+        spec: view.spec.as_ref().unwrap(),
         meta_path: FieldPath::root().key("metadata"),
         spec_path: FieldPath::root().key("spec"),
     };

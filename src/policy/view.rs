@@ -294,6 +294,16 @@ view! {
     }
 }
 
+impl VolumeMountView<'_> {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn mount_path(&self) -> &str {
+        self.mount_path.as_deref().unwrap_or_default()
+    }
+}
+
 /// A field whose value no rule reads, only whether it is there (not `null`): skipped, not checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IgnoredAnyPresent;
@@ -435,12 +445,28 @@ view! {
     }
 }
 
+impl PodOsView<'_> {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+}
+
 view! {
     /// One requirement of a node selector term (`matchExpressions` or `matchFields`).
     pub struct NodeSelectorRequirementView<'a> expecting "NodeSelectorRequirement" {
         "key" => key: Option<Str<'a>>,
         "operator" => operator: Option<Str<'a>>,
         "values" => values: Option<Vec<Str<'a>>>,
+    }
+}
+
+impl NodeSelectorRequirementView<'_> {
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or_default()
+    }
+
+    pub fn operator(&self) -> &str {
+        self.operator.as_deref().unwrap_or_default()
     }
 }
 
@@ -456,6 +482,12 @@ view! {
     /// `requiredDuringSchedulingIgnoredDuringExecution` of a node affinity.
     pub struct NodeSelectorView<'a> expecting "NodeSelector" {
         "nodeSelectorTerms" => node_selector_terms: Option<Vec<NodeSelectorTermView<'a>>>,
+    }
+}
+
+impl<'a> NodeSelectorView<'a> {
+    pub fn terms(&self) -> &[NodeSelectorTermView<'a>] {
+        self.node_selector_terms.as_deref().unwrap_or_default()
     }
 }
 

@@ -1,12 +1,11 @@
-//! The pod under review, whether it is a Pod or a Job's pod template: typed views for reading,
-//! the raw JSON for the few places that must keep unknown fields, and the paths for patches and
-//! messages.
+//! The pod under review, whether it is a Pod or a Job's pod template: borrowed views of the
+//! fields the rules read ([`super::view`]), the init containers' raw JSON for the prep check, and
+//! the paths for patches and messages.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{PodSpec, SecurityContext, VolumeMount};
-use serde_json::value::RawValue;
-
+use super::view::{
+    ContainerView, PodSecurityContextView, PodSpecView, SecurityContextView, StrMap,
+    VolumeMountView,
+};
 use crate::patch::FieldPath;
 
 /// The well-known node label of the operating system, and its Windows value.
@@ -21,15 +20,14 @@ pub struct Workload<'a> {
     pub namespace: &'a str,
     /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
     pub restricted_namespace: bool,
-    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub annotations: Option<&'a StrMap<'a>>,
     /// The Pod's labels, or the Job template's.
-    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub labels: Option<&'a StrMap<'a>>,
     /// Whether the metadata object exists (a Job template may have none).
     pub has_metadata: bool,
-    pub spec: &'a PodSpec,
-    /// The init containers exactly as received (JSON), when one is named `model-cache-prep`:
-    /// judging it must see every field, including those this code's types do not know.
-    pub raw_init_containers: Option<&'a [Box<RawValue>]>,
+    /// The pod spec; its init containers carry their JSON as received, so that the prep
+    /// container is judged on every field, including those no view knows.
+    pub spec: &'a PodSpecView<'a>,
     /// `metadata` or `spec.template.metadata`.
     pub meta_path: FieldPath,
     /// `spec` or `spec.template.spec`.
@@ -60,14 +58,14 @@ pub struct ContainerRef<'a> {
     /// Position within its own list.
     pub index: usize,
     pub name: &'a str,
-    pub security_context: Option<&'a SecurityContext>,
-    pub volume_mounts: Option<&'a Vec<VolumeMount>>,
+    pub security_context: Option<&'a SecurityContextView>,
+    pub volume_mounts: Option<&'a [VolumeMountView<'a>]>,
     pub path: FieldPath,
 }
 
 impl<'a> Workload<'a> {
     pub fn annotation(&self, key: &str) -> Option<&'a str> {
-        self.annotations?.get(key).map(String::as_str)
+        self.annotations?.get(key)
     }
 
     pub fn has_label(&self, key: &str) -> bool {
@@ -88,7 +86,7 @@ impl<'a> Workload<'a> {
     /// that value.
     pub fn is_windows(&self) -> bool {
         if let Some(os) = &self.spec.os {
-            return os.name == WINDOWS;
+            return os.name() == WINDOWS;
         }
         let by_selector = self
             .spec
@@ -102,29 +100,23 @@ impl<'a> Workload<'a> {
     fn required_affinity_admits_only_windows(&self) -> bool {
         let terms = self
             .spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|n| {
-                n.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .map(|r| r.node_selector_terms.as_slice())
+            .required_node_selector()
+            .map(|r| r.terms())
             .unwrap_or_default();
         // Terms are ORed and the expressions of a term ANDed: each term must pin the OS itself.
         !terms.is_empty()
             && terms.iter().all(|term| {
                 term.match_expressions.iter().flatten().any(|e| {
-                    e.key == OS_LABEL
-                        && e.operator == "In"
+                    e.key() == OS_LABEL
+                        && e.operator() == "In"
                         && e.values
                             .as_deref()
-                            .is_some_and(|v| !v.is_empty() && v.iter().all(|os| os == WINDOWS))
+                            .is_some_and(|v| !v.is_empty() && v.iter().all(|os| *os == WINDOWS))
                 })
             })
     }
 
-    pub fn pod_security(&self) -> Option<&'a k8s_openapi::api::core::v1::PodSecurityContext> {
+    pub fn pod_security(&self) -> Option<&'a PodSecurityContextView> {
         self.spec.security_context.as_ref()
     }
 
@@ -139,37 +131,27 @@ impl<'a> Workload<'a> {
     /// Every container, in the order init, regular, ephemeral.
     pub fn containers(&self) -> Vec<ContainerRef<'a>> {
         let s = self.spec;
-        let mut out = Vec::new();
-        let init = s.init_containers.iter().flatten();
-        for (i, c) in init.enumerate() {
+        let mut out = Vec::with_capacity(
+            s.init_containers().len() + s.containers().len() + s.ephemeral_containers().len(),
+        );
+        let mut push = |list: ContainerList, i: usize, c: &'a ContainerView<'a>| {
             out.push(ContainerRef {
-                list: ContainerList::Init,
+                list,
                 index: i,
-                name: &c.name,
+                name: c.name(),
                 security_context: c.security_context.as_ref(),
-                volume_mounts: c.volume_mounts.as_ref(),
-                path: self.spec_path.key("initContainers").index(i),
+                volume_mounts: c.volume_mounts.as_deref(),
+                path: self.spec_path.key(list.field()).index(i),
             });
+        };
+        for (i, c) in s.init_containers().iter().enumerate() {
+            push(ContainerList::Init, i, &c.container);
         }
-        for (i, c) in s.containers.iter().enumerate() {
-            out.push(ContainerRef {
-                list: ContainerList::Regular,
-                index: i,
-                name: &c.name,
-                security_context: c.security_context.as_ref(),
-                volume_mounts: c.volume_mounts.as_ref(),
-                path: self.spec_path.key("containers").index(i),
-            });
+        for (i, c) in s.containers().iter().enumerate() {
+            push(ContainerList::Regular, i, c);
         }
-        for (i, c) in s.ephemeral_containers.iter().flatten().enumerate() {
-            out.push(ContainerRef {
-                list: ContainerList::Ephemeral,
-                index: i,
-                name: &c.name,
-                security_context: c.security_context.as_ref(),
-                volume_mounts: c.volume_mounts.as_ref(),
-                path: self.spec_path.key("ephemeralContainers").index(i),
-            });
+        for (i, c) in s.ephemeral_containers().iter().enumerate() {
+            push(ContainerList::Ephemeral, i, c);
         }
         out
     }

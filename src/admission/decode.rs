@@ -4,13 +4,17 @@
 //! its kind; nothing is parsed into an intermediate tree.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
 
 use kube::core::GroupVersionKind;
 use kube::core::admission::Operation;
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{Decision, Summary, WorkloadKind};
+use super::{Decision, DecodedObject, Summary, WorkloadKind};
+use crate::policy::view::{JobView, PodView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApiVersion {
@@ -109,12 +113,199 @@ struct ReviewStrict<'a> {
     request: RequestHead<'a>,
 }
 
+/// The object of a request as the one-pass decode leaves it.
+pub(super) enum ObjectInput<'a> {
+    /// No `object`, or `null`.
+    Missing,
+    /// Decoded into views while the envelope was read (a Pod or Job whose kind came before the
+    /// object, as the API server writes it).
+    Decoded(Box<DecodedObject<'a>>),
+    /// Kept as text, to be decoded once the kind is known.
+    Raw(&'a RawValue),
+}
+
+/// The request as the one-pass decode reads it: the head, the object decoded as the kind the
+/// head names when the head comes first.
+struct FastRequest<'a> {
+    uid: Option<String>,
+    kind: Option<GroupVersionKind>,
+    sub_resource: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    operation: Option<Operation>,
+    dry_run: Option<bool>,
+    object: Option<ObjectInput<'a>>,
+}
+
+/// The object, decoded as the views of `kind` when one is known to need them, else kept raw.
+struct ObjectSeed(Option<WorkloadKind>);
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed {
+    type Value = ObjectInput<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ObjectInput<'de>, D::Error> {
+        let object = match self.0 {
+            Some(WorkloadKind::Pod) => Option::<PodView>::deserialize(d)?.map(DecodedObject::Pod),
+            Some(WorkloadKind::Job) => Option::<JobView>::deserialize(d)?.map(DecodedObject::Job),
+            None => {
+                let raw = <&RawValue>::deserialize(d)?;
+                return Ok(if raw.get() == "null" {
+                    ObjectInput::Missing
+                } else {
+                    ObjectInput::Raw(raw)
+                });
+            }
+        };
+        Ok(object.map_or(ObjectInput::Missing, |o| ObjectInput::Decoded(Box::new(o))))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = FastRequest<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an AdmissionRequest")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FastRequest<'a>, A::Error> {
+                let mut r = FastRequest {
+                    uid: None,
+                    kind: None,
+                    sub_resource: None,
+                    namespace: None,
+                    name: None,
+                    operation: None,
+                    dry_run: None,
+                    object: None,
+                };
+                fn once<T, E: de::Error>(
+                    slot: &mut Option<T>,
+                    value: T,
+                    key: &'static str,
+                ) -> Result<(), E> {
+                    // A duplicate is left to the checked decode, which names it.
+                    if slot.replace(value).is_some() {
+                        return Err(E::duplicate_field(key));
+                    }
+                    Ok(())
+                }
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        "uid" => once(&mut r.uid, map.next_value()?, "uid")?,
+                        "kind" => once(&mut r.kind, map.next_value()?, "kind")?,
+                        "subResource" => once(
+                            &mut r.sub_resource,
+                            map.next_value::<Option<String>>()?.unwrap_or_default(),
+                            "subResource",
+                        )?,
+                        "namespace" => once(
+                            &mut r.namespace,
+                            map.next_value::<Option<String>>()?.unwrap_or_default(),
+                            "namespace",
+                        )?,
+                        "name" => once(&mut r.name, map.next_value()?, "name")?,
+                        "operation" => once(&mut r.operation, map.next_value()?, "operation")?,
+                        "dryRun" => once(&mut r.dry_run, map.next_value()?, "dryRun")?,
+                        "object" => {
+                            // Whatever the operation: an object that does not decode sends the
+                            // whole body to the checked path, which answers as before.
+                            let decode = r
+                                .kind
+                                .as_ref()
+                                .and_then(|k| workload_kind(&k.group, &k.version, &k.kind));
+                            let object = map.next_value_seed(ObjectSeed(decode))?;
+                            once(&mut r.object, object, "object")?;
+                        }
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct FastReview<'a> {
+    #[serde(borrow, rename = "apiVersion")]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    request: FastRequest<'a>,
+}
+
+/// The object's text in an AdmissionReview body, found again (borrowed) after a one-pass decode.
+pub(super) fn raw_object(body: &[u8]) -> Option<&RawValue> {
+    #[derive(Deserialize)]
+    struct ObjectOnly<'a> {
+        #[serde(borrow)]
+        object: Option<&'a RawValue>,
+    }
+    let review: ReviewIn = serde_json::from_slice(body).ok()?;
+    let request = review.request?;
+    serde_json::from_str::<ObjectOnly>(request.get())
+        .ok()?
+        .object
+        .filter(|o| o.get() != "null")
+}
+
 #[derive(Deserialize)]
 struct UidOnly {
     uid: Option<String>,
 }
 
+/// Pod (core/v1) or Job (batch/v1); anything else is not handled.
+fn workload_kind(group: &str, version: &str, kind: &str) -> Option<WorkloadKind> {
+    match (group, version, kind) {
+        ("", "v1", "Pod") => Some(WorkloadKind::Pod),
+        ("batch", "v1", "Job") => Some(WorkloadKind::Job),
+        _ => None,
+    }
+}
+
 impl Request {
+    /// Decodes an AdmissionReview body and its object in one pass when the body is well formed
+    /// and written in the API server's order (the request's kind before its object); otherwise
+    /// as [`Request::from_slice`], the object left raw.
+    pub(super) fn from_slice_with_object(
+        body: &[u8],
+    ) -> Result<(Request, ObjectInput<'_>), DecodeError> {
+        // JSON text is UTF-8, and serde_json checks it only in the strings it decodes: checked
+        // here once for the whole body, so that skipped strings are checked too.
+        if let Ok(text) = std::str::from_utf8(body)
+            && let Ok(review) = serde_json::from_str::<FastReview>(text)
+            && review.kind == "AdmissionReview"
+            && let Some(api_version) = ApiVersion::parse(&review.api_version)
+            && let r = review.request
+            && let (Some(uid), Some(kind), Some(operation)) = (r.uid, r.kind, r.operation)
+            && !uid.is_empty()
+        {
+            let head = RequestHead {
+                uid: uid.clone(),
+                kind,
+                sub_resource: r.sub_resource,
+                namespace: r.namespace,
+                name: r.name.unwrap_or_default(),
+                operation,
+                dry_run: r.dry_run.unwrap_or_default(),
+                object: None,
+            };
+            let envelope = Envelope { api_version, uid };
+            let object = r.object.unwrap_or(ObjectInput::Missing);
+            return Ok((Request::from_head(envelope, head), object));
+        }
+        let request = Self::from_slice(body)?;
+        // The slow path owns its object text; the caller decodes it from `request.object`.
+        Ok((request, ObjectInput::Missing))
+    }
+
     /// Decodes an AdmissionReview body: in one pass when it is well formed, else again, step by
     /// step, to say what is wrong and echo the uid when it can be read.
     pub fn from_slice(body: &[u8]) -> Result<Request, DecodeError> {
@@ -222,15 +413,7 @@ impl Request {
 
     /// Pod (core/v1) or Job (batch/v1); anything else is not handled.
     pub fn workload_kind(&self) -> Option<WorkloadKind> {
-        match (
-            self.group.as_str(),
-            self.version.as_str(),
-            self.kind.as_str(),
-        ) {
-            ("", "v1", "Pod") => Some(WorkloadKind::Pod),
-            ("batch", "v1", "Job") => Some(WorkloadKind::Job),
-            _ => None,
-        }
+        workload_kind(&self.group, &self.version, &self.kind)
     }
 
     pub fn kind_display(&self) -> String {

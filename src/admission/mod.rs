@@ -11,6 +11,8 @@ pub mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
+
+use decode::ObjectInput;
 pub use mode::PolicyResult;
 
 use std::collections::BTreeMap;
@@ -136,7 +138,7 @@ pub struct Outcome {
 
 /// Handles one AdmissionReview body end to end. Never panics on input.
 pub fn review(webhook: Webhook, body: &[u8], ctx: &Context) -> Outcome {
-    let request = match Request::from_slice(body) {
+    let (request, object) = match Request::from_slice_with_object(body) {
         Ok(r) => r,
         Err(DecodeError::Unanswerable(message)) => {
             let error = if message.contains("not JSON") {
@@ -155,7 +157,14 @@ pub fn review(webhook: Webhook, body: &[u8], ctx: &Context) -> Outcome {
             return encode::response(&envelope, &Decision::invalid(message), summary);
         }
     };
-    let decision = decide(webhook, &request, ctx);
+    let object = match object {
+        ObjectInput::Missing => request
+            .object
+            .as_deref()
+            .map_or(ObjectInput::Missing, ObjectInput::Raw),
+        decoded => decoded,
+    };
+    let decision = decide_object(webhook, &request, object, body, ctx);
     respond(&request, &decision)
 }
 
@@ -166,6 +175,22 @@ pub fn respond(request: &Request, decision: &Decision) -> Outcome {
 
 /// The decision for a decoded request: dispatch by kind and operation (SPEC.md §1).
 pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
+    let object = req
+        .object
+        .as_deref()
+        .map_or(ObjectInput::Missing, ObjectInput::Raw);
+    decide_object(webhook, req, object, &[], ctx)
+}
+
+/// [`decide`] with the object as the decode left it; `body` is the review it came from (empty
+/// when the request was not decoded from a body), where its text is found again if needed.
+fn decide_object(
+    webhook: Webhook,
+    req: &Request,
+    object: ObjectInput,
+    body: &[u8],
+    ctx: &Context,
+) -> Decision {
     let Some(kind) = req.workload_kind() else {
         let mut d = Decision::allow();
         if webhook == Webhook::Mutate {
@@ -183,14 +208,17 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
     if !(create || ephemeral_update) || ctx.config.is_exempt(&req.namespace) {
         return Decision::allow();
     }
-    let Some(object) = req.object.as_deref() else {
-        return Decision::invalid(format!(
-            "request.object is missing on {} of a {}",
-            req.operation,
-            kind.as_str()
-        ));
+    let (decoded, raw) = match object {
+        ObjectInput::Missing => {
+            return Decision::invalid(format!(
+                "request.object is missing on {} of a {}",
+                req.operation,
+                kind.as_str()
+            ));
+        }
+        ObjectInput::Decoded(d) => ((*d).of_kind(kind), None),
+        ObjectInput::Raw(raw) => (DecodedObject::decode(kind, raw), Some(raw)),
     };
-    let decoded = DecodedObject::decode(kind, object);
     let namespace = match &decoded {
         Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
         Err(_) => req.namespace.as_str(),
@@ -212,6 +240,11 @@ pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
                 // Nothing was patched in these modes, so the validator judges the object as
                 // enforce's mutation would have left it: only the denials enforce would give.
                 (Webhook::Validate, Mode::Warn | Mode::Audit) => {
+                    let Some(object) = raw.or_else(|| decode::raw_object(body)) else {
+                        // Decoded from this body, so its text is there; judging the object
+                        // as it came is the honest fallback.
+                        return judge(Webhook::Validate, ephemeral_update, &workload, ctx);
+                    };
                     validate_as_enforced(kind, object, ephemeral_update, &workload, ctx)
                 }
                 _ => judge(webhook, ephemeral_update, &workload, ctx),
@@ -336,22 +369,29 @@ impl<'a> DecodedObject<'a> {
                 ),
             )
         })?;
-        let found = match &decoded {
+        decoded.of_kind(kind)
+    }
+
+    /// The object, when its own `kind` (if it says one) is the request's.
+    fn of_kind(self, kind: WorkloadKind) -> Result<Self, Denial> {
+        let found = match &self {
             DecodedObject::Pod(p) => p.kind.as_deref(),
             DecodedObject::Job(j) => j.kind.as_deref(),
         };
         if let Some(found) = found
             && found != kind.as_str()
         {
-            return Err(fail(
-                "request.object.kind".into(),
+            return Err(Denial::single(
+                Rule::Schema,
+                "request.object.kind",
                 format!(
                     "the object is a {found}, but the request is for a {}",
                     kind.as_str()
                 ),
+                DECODE_ADVICE,
             ));
         }
-        Ok(decoded)
+        Ok(self)
     }
 
     fn metadata(&self) -> Option<&ObjectMetaView<'a>> {

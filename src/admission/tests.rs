@@ -1486,3 +1486,63 @@ fn allowed_without_changes_has_no_patch_fields_and_no_status() {
     assert_eq!(resp["allowed"], true);
     assert!(!resp.contains_key("patch") && !resp.contains_key("patchType"));
 }
+
+/// The one-pass decode (request kind before the object, as the API server writes it) and the
+/// two-step one (object first, kept raw, decoded once the kind is known) answer alike, byte for
+/// byte, on the reference reviews and on objects that fail to decode.
+#[test]
+fn the_one_pass_decode_and_the_raw_object_path_answer_alike() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).unwrap();
+    let cfg = PolicyConfig::default();
+    let ctx = Context {
+        config: &cfg,
+        caches: Caches::Ready(&index),
+        namespaces: crate::namespaces::Namespaces::none(),
+    };
+    let mut reviews: Vec<Value> = [
+        "one-container-pod",
+        "llm-serving-pod",
+        "twenty-container-pod",
+    ]
+    .iter()
+    .map(|n| {
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{n}.json"))).unwrap()).unwrap()
+    })
+    .collect();
+    let bad_uid =
+        json!({"spec": {"containers": [{"name": "c", "securityContext": {"runAsUser": "0"}}]}});
+    reviews.push(review_of("Pod", "CREATE", None, "team-a", bad_uid));
+    reviews.push(review_of("Pod", "CREATE", None, "team-a", json!([1])));
+    reviews.push(review_of(
+        "Job",
+        "CREATE",
+        None,
+        "team-a",
+        json!({"kind": "Pod", "spec": {}}),
+    ));
+    reviews.push(review_of("Pod", "DELETE", None, "team-a", Value::Null));
+    for review in reviews {
+        // Object last (API server order; serde_json writes keys sorted, and `kind` < `object`).
+        let kind_first = serde_json::to_vec(&review).unwrap();
+        // Object first: the same review with `object` moved to the front of `request`.
+        let mut request = review["request"].as_object().unwrap().clone();
+        let object = request.remove("object").unwrap_or(Value::Null);
+        let rest = serde_json::to_string(&request).unwrap();
+        let object_first = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"object":{object},{}}}"#,
+            &rest[1..]
+        );
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            let a = super::review(webhook, &kind_first, &ctx);
+            let b = super::review(webhook, object_first.as_bytes(), &ctx);
+            assert_eq!(
+                String::from_utf8_lossy(&a.body),
+                String::from_utf8_lossy(&b.body),
+                "{webhook:?} {}",
+                review["request"]["uid"]
+            );
+            assert_eq!(a.http_status, b.http_status);
+        }
+    }
+}

@@ -9,9 +9,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use json_patch::jsonptr::{PointerBuf, Token};
-use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation, ReplaceOperation};
-use serde_json::Value;
+use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Segment {
@@ -48,18 +46,32 @@ impl FieldPath {
         next
     }
 
-    pub fn pointer(&self) -> PointerBuf {
-        PointerBuf::from_tokens(self.0.iter().map(|s| match s {
-            Segment::Key(k) => Token::new(k.as_ref()),
-            Segment::Index(i) => Token::from(*i),
-        }))
+    /// The JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`).
+    pub fn pointer(&self) -> String {
+        let mut out = String::new();
+        self.write_pointer(&mut out);
+        out
     }
 
-    /// The pointer of the array element appended at the end (`.../-`).
-    fn append_pointer(&self) -> PointerBuf {
-        let mut p = self.pointer();
-        p.push_back("-");
-        p
+    fn write_pointer(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for s in &self.0 {
+            out.push('/');
+            match s {
+                Segment::Key(k) => {
+                    for c in k.chars() {
+                        match c {
+                            '~' => out.push_str("~0"),
+                            '/' => out.push_str("~1"),
+                            c => out.push(c),
+                        }
+                    }
+                }
+                Segment::Index(i) => {
+                    let _ = write!(out, "{i}");
+                }
+            }
+        }
     }
 }
 
@@ -76,11 +88,49 @@ impl fmt::Display for FieldPath {
     }
 }
 
-/// An ordered list of patch operations. Operations apply in order, so callers emit in-place
-/// edits before anything that shifts array indices (inserts at the front, removals).
+/// A JSON Patch document as text, and its number of operations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Patch {
+    json: Vec<u8>,
+    len: usize,
+}
+
+impl Patch {
+    /// The document: a JSON array of operations.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.json
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The operations, parsed (for applying the patch off the request path).
+    pub fn operations(&self) -> json_patch::Patch {
+        serde_json::from_slice(&self.json).expect("PatchBuilder writes a valid JSON Patch")
+    }
+}
+
+/// An ordered list of patch operations, written as JSON text as they are added (no
+/// intermediate tree). Operations apply in order, so callers emit in-place edits before anything
+/// that shifts array indices (inserts at the front, removals).
 #[derive(Debug, Default)]
 pub struct PatchBuilder {
-    ops: Vec<PatchOperation>,
+    /// `[` and the operations so far, comma-separated; `]` is added by [`PatchBuilder::into_patch`].
+    json: Vec<u8>,
+    len: usize,
+    /// A reusable buffer for rendering pointers.
+    pointer: String,
+}
+
+/// Writes `value` as JSON into `out`: serialising into memory fails only for values that are
+/// not JSON (a map with non-string keys), which no caller passes.
+fn write_json(out: &mut Vec<u8>, value: &impl Serialize) {
+    serde_json::to_writer(out, value).expect("patch values serialise to JSON");
 }
 
 impl PatchBuilder {
@@ -88,93 +138,125 @@ impl PatchBuilder {
         Self::default()
     }
 
+    /// Starts an operation: `{"op":<op>,"path":<pointer of path, with /- when appending>`.
+    fn start(&mut self, op: &str, path: &FieldPath, append: bool) {
+        self.json
+            .extend_from_slice(if self.len == 0 { b"[" } else { b"," });
+        self.len += 1;
+        self.json.extend_from_slice(b"{\"op\":\"");
+        self.json.extend_from_slice(op.as_bytes());
+        self.json.extend_from_slice(b"\",\"path\":");
+        self.write_pointer(path, append);
+    }
+
+    fn write_pointer(&mut self, path: &FieldPath, append: bool) {
+        self.pointer.clear();
+        path.write_pointer(&mut self.pointer);
+        if append {
+            self.pointer.push_str("/-");
+        }
+        write_json(&mut self.json, &self.pointer.as_str());
+    }
+
+    fn with_value(&mut self, op: &str, path: &FieldPath, append: bool, value: &impl Serialize) {
+        self.start(op, path, append);
+        self.json.extend_from_slice(b",\"value\":");
+        write_json(&mut self.json, value);
+        self.json.push(b'}');
+    }
+
     /// Sets a member or inserts an array element (`add` replaces an existing member).
-    pub fn add(&mut self, path: &FieldPath, value: Value) {
-        self.ops.push(PatchOperation::Add(AddOperation {
-            path: path.pointer(),
-            value,
-        }));
+    pub fn add(&mut self, path: &FieldPath, value: impl Serialize) {
+        self.with_value("add", path, false, &value);
     }
 
-    pub fn append(&mut self, array: &FieldPath, value: Value) {
-        self.ops.push(PatchOperation::Add(AddOperation {
-            path: array.append_pointer(),
-            value,
-        }));
+    pub fn append(&mut self, array: &FieldPath, value: impl Serialize) {
+        self.with_value("add", array, true, &value);
     }
 
-    pub fn replace(&mut self, path: &FieldPath, value: Value) {
-        self.ops.push(PatchOperation::Replace(ReplaceOperation {
-            path: path.pointer(),
-            value,
-        }));
+    pub fn replace(&mut self, path: &FieldPath, value: impl Serialize) {
+        self.with_value("replace", path, false, &value);
     }
 
     /// Copies the value at `from` to the end of the array at `array` (keeps fields this code
     /// does not know, which a typed copy would drop).
     pub fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
-        self.ops.push(PatchOperation::Copy(CopyOperation {
-            from: from.pointer(),
-            path: array.append_pointer(),
-        }));
+        self.start("copy", array, true);
+        self.json.extend_from_slice(b",\"from\":");
+        self.write_pointer(from, false);
+        self.json.push(b'}');
     }
 
     pub fn remove(&mut self, path: &FieldPath) {
-        self.ops.push(PatchOperation::Remove(RemoveOperation {
-            path: path.pointer(),
-        }));
+        self.start("remove", path, false);
+        self.json.push(b'}');
     }
 
     /// Appends to an array that may not exist yet: creates it with one element when absent.
-    pub fn push_to(&mut self, array: &FieldPath, exists: bool, value: Value) {
+    pub fn push_to(&mut self, array: &FieldPath, exists: bool, value: impl Serialize) {
         if exists {
             self.append(array, value);
         } else {
-            self.add(array, Value::Array(vec![value]));
+            self.add(array, [value]);
         }
     }
 
     /// Sets `key` in the map at `map`, creating the map when absent.
-    pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: Value) {
-        let mut fields = serde_json::Map::new();
-        fields.insert(key.to_string(), value);
-        self.set_fields(map, exists, fields);
+    pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: impl Serialize) {
+        self.set_fields(map, exists, &[(key, value)]);
     }
 
     /// Sets each of `fields` in the object at `object`: one `add` per field when it exists, else
     /// one `add` of the whole object (so no operation needs a parent that is not there yet).
-    pub fn set_fields(
+    pub fn set_fields<V: Serialize>(
         &mut self,
         object: &FieldPath,
         exists: bool,
-        fields: serde_json::Map<String, Value>,
+        fields: &[(&str, V)],
     ) {
         if fields.is_empty() {
             return;
         }
         if exists {
             for (k, v) in fields {
-                self.add(&object.key(k), v);
+                self.add(&object.key(k.to_string()), v);
             }
         } else {
-            self.add(object, Value::Object(fields));
+            self.add(object, Fields(fields));
         }
     }
 
-    pub fn extend(&mut self, other: PatchBuilder) {
-        self.ops.extend(other.ops);
-    }
-
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.len == 0
     }
 
-    pub fn into_patch(self) -> json_patch::Patch {
-        json_patch::Patch(self.ops)
+    pub fn into_patch(mut self) -> Patch {
+        if self.len == 0 {
+            self.json.push(b'[');
+        }
+        self.json.push(b']');
+        Patch {
+            json: self.json,
+            len: self.len,
+        }
+    }
+}
+
+/// A JSON object of the given members, in their order.
+pub struct Fields<'a, V>(pub &'a [(&'a str, V)]);
+
+impl<V: Serialize> Serialize for Fields<'_, V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
     }
 }
 
@@ -189,11 +271,11 @@ mod tests {
             .keys(["metadata", "annotations"])
             .key("modelgate.io/model-cache");
         assert_eq!(
-            p.pointer().as_str(),
+            p.pointer(),
             "/metadata/annotations/modelgate.io~1model-cache"
         );
         let tilde = FieldPath::root().key("a~b/c");
-        assert_eq!(tilde.pointer().as_str(), "/a~0b~1c");
+        assert_eq!(tilde.pointer(), "/a~0b~1c");
     }
 
     #[test]
@@ -224,11 +306,45 @@ mod tests {
             false,
             json!({"name": "c"}),
         );
-        json_patch::patch(&mut doc, &b.into_patch()).unwrap();
+        let patch = b.into_patch();
+        assert_eq!(patch.len(), 3);
+        json_patch::patch(&mut doc, &patch.operations()).unwrap();
         assert_eq!(
             doc,
             json!({"metadata": {"annotations": {"x/y": "1"}},
                    "spec": {"volumes": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "c"}]}})
         );
+    }
+
+    #[test]
+    fn the_patch_is_written_as_json_text_with_escaped_pointers() {
+        let mut b = PatchBuilder::new();
+        assert!(b.is_empty());
+        let odd = FieldPath::root()
+            .keys(["metadata", "annotations"])
+            .key("a/\"b~\n");
+        b.add(&odd, "v\u{1}");
+        b.remove(&FieldPath::root().keys(["spec", "volumes"]).index(3));
+        b.copy_to_end(
+            &FieldPath::root().keys(["spec", "terms"]).index(0),
+            &FieldPath::root().keys(["spec", "terms"]),
+        );
+        b.replace(&FieldPath::root().key("x"), json!({"k": [1, null]}));
+        b.set_fields(&FieldPath::root().key("sc"), false, &[("a", 1), ("b", 2)]);
+        let patch = b.into_patch();
+        assert_eq!(patch.len(), 5);
+        let text: serde_json::Value = serde_json::from_slice(patch.as_bytes()).unwrap();
+        assert_eq!(
+            text,
+            json!([
+                {"op": "add", "path": "/metadata/annotations/a~1\"b~0\n", "value": "v\u{1}"},
+                {"op": "remove", "path": "/spec/volumes/3"},
+                {"op": "copy", "from": "/spec/terms/0", "path": "/spec/terms/-"},
+                {"op": "replace", "path": "/x", "value": {"k": [1, null]}},
+                {"op": "add", "path": "/sc", "value": {"a": 1, "b": 2}}
+            ])
+        );
+        assert_eq!(patch.operations().0.len(), 5);
+        assert_eq!(PatchBuilder::new().into_patch().as_bytes(), b"[]");
     }
 }

@@ -91,8 +91,8 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
             },
         )?;
     }
-    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.0.is_empty()) {
-        let json = serde_json::to_vec(patch)?;
+    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.is_empty()) {
+        let json = patch.as_bytes();
         out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
         let start = out.len();
         let len = base64::encoded_len(json.len(), true).ok_or_else(|| {
@@ -100,7 +100,7 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
         })?;
         out.resize(start + len, 0);
         let written = base64::engine::general_purpose::STANDARD
-            .encode_slice(&json, &mut out[start..])
+            .encode_slice(json, &mut out[start..])
             .map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
         out.truncate(start + written);
         out.push(b'"');
@@ -167,10 +167,18 @@ mod tests {
 
     #[test]
     fn every_field_is_written_and_the_patch_is_base64_json() {
-        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        let expected: json_patch::Patch = serde_json::from_value(serde_json::json!([
             {"op": "add", "path": "/metadata/labels/a~1b", "value": "é\"x"}
         ]))
         .unwrap();
+        let mut builder = crate::patch::PatchBuilder::new();
+        builder.add(
+            &crate::patch::FieldPath::root()
+                .keys(["metadata", "labels"])
+                .key("a/b"),
+            "é\"x",
+        );
+        let patch = builder.into_patch();
         let decision = Decision {
             allowed: true,
             patch: Some(patch.clone()),
@@ -189,7 +197,7 @@ mod tests {
             .decode(response["patch"].as_str().unwrap())
             .unwrap();
         let decoded: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(decoded, patch);
+        assert_eq!(decoded, expected);
         assert_eq!(response["warnings"][0], "one");
         assert!(response["warnings"][1].as_str().unwrap().ends_with('…'));
         assert_eq!(response["auditAnnotations"]["mode"], "enforce");
@@ -201,7 +209,7 @@ mod tests {
         let decision = Decision {
             allowed: false,
             message: Some("no".into()),
-            patch: Some(json_patch::Patch(Vec::new())),
+            patch: Some(crate::patch::PatchBuilder::new().into_patch()),
             ..Default::default()
         };
         let value = written(&decision);

@@ -58,7 +58,7 @@ pub struct Decision {
     pub message: Option<String>,
     /// HTTP-like status code inside the response (`status.code`) for a denial.
     pub code: Option<u16>,
-    pub patch: Option<json_patch::Patch>,
+    pub patch: Option<crate::patch::Patch>,
     pub warnings: Vec<String>,
     /// `auditAnnotations` (keys without the webhook-name prefix the API server adds).
     pub audit_annotations: BTreeMap<&'static str, String>,
@@ -104,7 +104,7 @@ impl Decision {
     }
 
     pub fn patch_len(&self) -> usize {
-        self.patch.as_ref().map_or(0, |p| p.0.len())
+        self.patch.as_ref().map_or(0, |p| p.len())
     }
 }
 
@@ -301,7 +301,7 @@ fn validate_as_enforced(
     let patched = serde_json::from_str::<serde_json::Value>(object.get())
         .ok()
         .and_then(|mut object| {
-            json_patch::patch(&mut object, &mutation.patch.into_patch().0).ok()?;
+            json_patch::patch(&mut object, &mutation.patch.into_patch().operations()).ok()?;
             serde_json::value::to_raw_value(&object).ok()
         });
     let Some(patched) = patched else {

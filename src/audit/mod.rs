@@ -270,7 +270,7 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
     let validated = match &mutated.patch {
         Some(patch) => {
             let mut object = target.object.clone();
-            if let Err(e) = json_patch::patch(&mut object, &patch.0) {
+            if let Err(e) = json_patch::patch(&mut object, &patch.operations()) {
                 // The patch is built against this very object; say so rather than guess.
                 return Evaluation {
                     outcome: Outcome::Denied,

@@ -340,7 +340,7 @@ fn review_one(
         None => None,
     };
     if let (Some(obj), Some(patch)) = (patched.as_mut(), decision.patch.as_ref()) {
-        json_patch::patch(obj, &patch.0)
+        json_patch::patch(obj, &patch.operations())
             .with_context(|| format!("{origin}: the patch does not apply"))?;
     }
     if webhook == WebhookChoice::Both && decision.allowed {
@@ -456,9 +456,9 @@ fn write_output(out: &mut dyn Write, mode: Output, r: &Reviewed) -> anyhow::Resu
                 .decision
                 .patch
                 .as_ref()
-                .map(|p| p.0.as_slice())
-                .unwrap_or_default();
-            writeln!(out, "{}", serde_json::to_string(ops)?)?;
+                .map_or(&b"[]"[..], |p| p.as_bytes());
+            out.write_all(ops)?;
+            writeln!(out)?;
         }
         Output::Patched => {
             let obj = r.patched.clone().unwrap_or(Value::Null);

@@ -169,14 +169,16 @@ fn set_security_fields(
     exists: bool,
     fields: Vec<(&'static str, serde_json::Value, Rule)>,
 ) {
-    let mut map = serde_json::Map::new();
+    let mut members = Vec::with_capacity(fields.len());
     for (key, value, rule) in fields {
         // `object` is never the root, so `<object>.<key>` is the field's path.
         m.changes
             .push(Change::new(rule, format!("set {object}.{key}={value}")));
-        map.insert(key.into(), value);
+        members.push((key, value));
     }
-    m.patch.set_fields(object, exists, map);
+    // In key order, as the API server would write the object.
+    members.sort_by_key(|(key, _)| *key);
+    m.patch.set_fields(object, exists, &members);
 }
 
 /// Pod or Job CREATE: the whole policy. Ranges are checked first so that no patch is ever built
@@ -235,14 +237,13 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
         let canonical = cache_prep::canonical(cfg, volume, uid, fs_group);
         let init = w.spec.init_containers();
         let init_path = w.spec_path.key("initContainers");
-        let value = serde_json::to_value(&canonical).expect("a Container always serializes");
         match init
             .iter()
             .position(|c| c.container.name() == PREP_CONTAINER)
         {
             Some(i) if cache_prep::is_canonical_at(w, i, &canonical) => {}
             Some(i) => {
-                m.patch.replace(&init_path.index(i), value);
+                m.patch.replace(&init_path.index(i), &canonical);
                 m.changes.push(
                     Change::new(
                         Rule::CachePrep,
@@ -255,9 +256,9 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
             }
             None => {
                 if w.spec.init_containers.is_none() {
-                    m.patch.add(&init_path, Value::Array(vec![value]));
+                    m.patch.add(&init_path, [&canonical]);
                 } else {
-                    m.patch.add(&init_path.index(0), value);
+                    m.patch.add(&init_path.index(0), &canonical);
                 }
                 m.changes.push(Change::new(
                     Rule::CachePrep,

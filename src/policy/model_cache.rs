@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
 use super::{Change, Rule};
 use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason};
 use crate::config::PolicyConfig;
-use crate::patch::{FieldPath, PatchBuilder};
+use crate::patch::{FieldPath, Fields, PatchBuilder};
 
 pub use crate::cache::index::storage_key;
 
@@ -158,25 +158,24 @@ fn set_annotation(w: &Workload, patch: &mut PatchBuilder, key: &str, value: &str
         return;
     }
     if !w.has_metadata {
-        patch.add(&w.meta_path, json!({ "annotations": { key: value } }));
-    } else {
-        patch.set_in_map(
-            &w.annotations_path(),
-            w.annotations.is_some(),
-            key,
-            Value::String(value.into()),
+        patch.add(
+            &w.meta_path,
+            Fields(&[("annotations", Fields(&[(key, value)]))]),
         );
+    } else {
+        patch.set_in_map(&w.annotations_path(), w.annotations.is_some(), key, value);
     }
 }
 
 /// Sets both annotations, in one object when the map is missing so the second has a parent.
-fn set_annotations(w: &Workload, patch: &mut PatchBuilder, pairs: [(&str, &str); 2]) {
+fn set_annotations(w: &Workload, patch: &mut PatchBuilder, mut pairs: [(&str, &str); 2]) {
     if !w.has_metadata || w.annotations.is_none() {
-        let both = json!({ pairs[0].0: pairs[0].1, pairs[1].0: pairs[1].1 });
+        pairs.sort();
+        let both = Fields(&pairs);
         if w.has_metadata {
             patch.add(&w.annotations_path(), both);
         } else {
-            patch.add(&w.meta_path, json!({ "annotations": both }));
+            patch.add(&w.meta_path, Fields(&[("annotations", both)]));
         }
     } else {
         for (key, value) in pairs {
@@ -205,7 +204,13 @@ fn hit(
         patch.remove(&w.annotations_path().key(REASON));
     }
 
-    let volume = json!({ "name": VOLUME, "persistentVolumeClaim": { "claimName": h.pvc, "readOnly": true } });
+    let volume = ModelVolume {
+        name: VOLUME,
+        persistent_volume_claim: ClaimRef {
+            claim_name: &h.pvc,
+            read_only: true,
+        },
+    };
     let volumes = w.spec_path.key("volumes");
     let existing = w.spec.volumes();
     match existing.iter().position(|v| v.name() == VOLUME) {
@@ -214,7 +219,12 @@ fn hit(
         None => patch.push_to(&volumes, w.spec.volumes.is_some(), volume),
     }
 
-    let mount = json!({ "name": VOLUME, "mountPath": cfg.model_mount_path, "subPath": sub_path, "readOnly": true });
+    let mount = ModelMount {
+        mount_path: &cfg.model_mount_path,
+        name: VOLUME,
+        read_only: true,
+        sub_path: &sub_path,
+    };
     for c in w
         .containers()
         .into_iter()
@@ -237,10 +247,10 @@ fn hit(
         match mounts.iter().position(|vm| vm.name() == VOLUME) {
             Some(i) => {
                 if !is_model_mount(&mounts[i], &cfg.model_mount_path, &sub_path) {
-                    patch.replace(&mounts_path.index(i), mount.clone());
+                    patch.replace(&mounts_path.index(i), &mount);
                 }
             }
-            None => patch.push_to(&mounts_path, c.volume_mounts.is_some(), mount.clone()),
+            None => patch.push_to(&mounts_path, c.volume_mounts.is_some(), &mount),
         }
     }
 
@@ -248,6 +258,31 @@ fn hit(
         require_node_terms(w, &placement_terms(p), patch);
     }
     h.cache.describe()
+}
+
+/// The volume a hit adds (keys in the order the API server writes them).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelVolume<'a> {
+    name: &'static str,
+    persistent_volume_claim: ClaimRef<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimRef<'a> {
+    claim_name: &'a str,
+    read_only: bool,
+}
+
+/// The read-only mount of the model a hit adds to each regular container.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelMount<'a> {
+    mount_path: &'a str,
+    name: &'static str,
+    read_only: bool,
+    sub_path: &'a str,
 }
 
 /// Whether `v` is exactly the volume a hit writes (`persistentVolumeClaim` `pvc`, read-only, no
@@ -356,12 +391,12 @@ fn and_into(
         (
             "matchExpressions",
             term.match_expressions.is_some(),
-            required.match_expressions.as_ref().map(|v| to_values(v)),
+            required.match_expressions.as_deref(),
         ),
         (
             "matchFields",
             term.match_fields.is_some(),
-            required.match_fields.as_ref().map(|v| to_values(v)),
+            required.match_fields.as_deref(),
         ),
     ];
     for (key, exists, extra) in lists {
@@ -374,16 +409,9 @@ fn and_into(
                 patch.append(&list, e);
             }
         } else {
-            patch.add(&list, Value::Array(extra));
+            patch.add(&list, extra);
         }
     }
-}
-
-fn to_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
-    items
-        .iter()
-        .filter_map(|i| serde_json::to_value(i).ok())
-        .collect()
 }
 
 /// Adds the node group's required terms to the pod's required node affinity. Terms are ORed, so
@@ -405,15 +433,19 @@ fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut P
     let terms_path = selector_path.key("nodeSelectorTerms");
     let current = selector.map(|s| s.terms()).unwrap_or_default();
     if current.is_empty() {
-        let terms = Value::Array(to_values(required));
+        let selector_value = Fields(&[("nodeSelectorTerms", required)]);
+        let node_affinity_value = Fields(&[(
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            &selector_value,
+        )]);
         if affinity.is_none() {
-            patch.add(&base, json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } } }));
+            patch.add(&base, Fields(&[("nodeAffinity", &node_affinity_value)]));
         } else if node_affinity.is_none() {
-            patch.add(&base.key("nodeAffinity"), json!({ "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": terms } }));
+            patch.add(&base.key("nodeAffinity"), &node_affinity_value);
         } else if selector.is_none() {
-            patch.add(&selector_path, json!({ "nodeSelectorTerms": terms }));
+            patch.add(&selector_path, &selector_value);
         } else {
-            patch.add(&terms_path, terms);
+            patch.add(&terms_path, required);
         }
         return;
     }
@@ -438,6 +470,8 @@ fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut P
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     #[test]

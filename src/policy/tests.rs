@@ -118,7 +118,7 @@ fn a_second_pass_has_no_changes_and_still_says_where_the_model_is_from() {
     let m = with_workload(&pod, |w| {
         mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
     });
-    json_patch::patch(&mut pod, &m.patch.into_patch()).unwrap();
+    json_patch::patch(&mut pod, &m.patch.into_patch().operations()).unwrap();
     let again = with_workload(&pod, |w| {
         mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
     });

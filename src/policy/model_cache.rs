@@ -230,7 +230,7 @@ fn hit(
         .into_iter()
         .filter(|c| c.list == ContainerList::Regular)
     {
-        let mounts_path = c.path.key("volumeMounts");
+        let mounts_path = c.path(w).key("volumeMounts");
         let mounts = c.volume_mounts.unwrap_or_default();
         if let Some(other) = mounts
             .iter()
@@ -340,7 +340,7 @@ fn miss(w: &Workload, reason: MissReason, patch: &mut PatchBuilder) {
             .rev()
             .filter(|(_, vm)| vm.name() == VOLUME)
         {
-            patch.remove(&c.path.key("volumeMounts").index(i));
+            patch.remove(&c.path(w).key("volumeMounts").index(i));
         }
     }
     let volumes = w.spec.volumes();

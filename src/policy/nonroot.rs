@@ -76,7 +76,7 @@ pub fn container_fixes(
 ) {
     for c in governed(w, prep_managed) {
         if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
-            let path = c.path.keys(["securityContext", "runAsNonRoot"]);
+            let path = c.path(w).keys(["securityContext", "runAsNonRoot"]);
             patch.replace(&path, Value::Bool(true));
             changes.push(
                 Change::new(Rule::NonRoot, format!("set {path}=true"))
@@ -124,7 +124,7 @@ pub fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation) {
                 fields.push(("runAsGroup", gid.into(), Rule::NonRoot));
             }
         }
-        set_security_fields(m, &c.path.key("securityContext"), sc.is_some(), fields);
+        set_security_fields(m, &c.path(w).key("securityContext"), sc.is_some(), fields);
         if let Some(w) = warning {
             m.changes[first_change].applied_warning = Some(w);
         }

@@ -75,9 +75,11 @@ pub enum Checks {
     All,
 }
 
+/// Checks one id; the object's `sc` (a security context's path, built only for a violation) and
+/// the field's name make the violation's path.
 fn check_range(
     out: &mut Vec<Violation>,
-    path: &FieldPath,
+    (sc, field): (&dyn Fn() -> FieldPath, &'static str),
     value: Option<i64>,
     min: i64,
     advice: &'static str,
@@ -87,7 +89,7 @@ fn check_range(
     {
         out.push(Violation {
             rule: Rule::NonRoot,
-            field: path.to_string(),
+            field: sc().key(field).to_string(),
             problem: format!("{v} is outside {min}..{MAX_ID}"),
             advice,
         });
@@ -96,23 +98,23 @@ fn check_range(
 
 pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
     let mut out = Vec::new();
-    let pod_sc = w.spec_path.key("securityContext");
+    let pod_sc = || w.spec_path.key("securityContext");
     if let Some(sc) = w.pod_security() {
         check_range(
             &mut out,
-            &pod_sc.key("runAsUser"),
+            (&pod_sc, "runAsUser"),
             sc.run_as_user,
             1,
             UID_ADVICE,
         );
         check_range(
             &mut out,
-            &pod_sc.key("runAsGroup"),
+            (&pod_sc, "runAsGroup"),
             sc.run_as_group,
             0,
             GID_ADVICE,
         );
-        check_range(&mut out, &pod_sc.key("fsGroup"), sc.fs_group, 0, GID_ADVICE);
+        check_range(&mut out, (&pod_sc, "fsGroup"), sc.fs_group, 0, GID_ADVICE);
     }
 
     let managed = cache_prep::is_managed(w, cfg);
@@ -137,7 +139,7 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
                     }
                     out.push(Violation {
                         rule: Rule::CachePrep,
-                        field: c.path.to_string(),
+                        field: c.path(w).to_string(),
                         problem: "a container named model-cache-prep that is not modelgate's canonical one for this pod"
                             .into(),
                         advice: PREP_ADVICE,
@@ -145,18 +147,18 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
                 }
             }
         }
-        let sc_path = c.path.key("securityContext");
+        let sc_path = || c.path(w).key("securityContext");
         if let Some(sc) = c.security_context {
             check_range(
                 &mut out,
-                &sc_path.key("runAsUser"),
+                (&sc_path, "runAsUser"),
                 sc.run_as_user,
                 1,
                 UID_ADVICE,
             );
             check_range(
                 &mut out,
-                &sc_path.key("runAsGroup"),
+                (&sc_path, "runAsGroup"),
                 sc.run_as_group,
                 0,
                 GID_ADVICE,
@@ -164,7 +166,7 @@ pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), 
             if checks == Checks::All && sc.run_as_non_root == Some(false) {
                 out.push(Violation {
                     rule: Rule::NonRoot,
-                    field: sc_path.key("runAsNonRoot").to_string(),
+                    field: sc_path().key("runAsNonRoot").to_string(),
                     problem: "false is not allowed".into(),
                     advice: NONROOT_ADVICE,
                 });

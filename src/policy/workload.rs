@@ -60,7 +60,14 @@ pub struct ContainerRef<'a> {
     pub name: &'a str,
     pub security_context: Option<&'a SecurityContextView>,
     pub volume_mounts: Option<&'a [VolumeMountView<'a>]>,
-    pub path: FieldPath,
+}
+
+impl ContainerRef<'_> {
+    /// Where the container is in the object (`spec.containers[1]`), built when needed: most
+    /// containers never need theirs.
+    pub fn path(&self, w: &Workload) -> FieldPath {
+        w.spec_path.key(self.list.field()).index(self.index)
+    }
 }
 
 impl<'a> Workload<'a> {
@@ -141,7 +148,6 @@ impl<'a> Workload<'a> {
                 name: c.name(),
                 security_context: c.security_context.as_ref(),
                 volume_mounts: c.volume_mounts.as_deref(),
-                path: self.spec_path.key(list.field()).index(i),
             });
         };
         for (i, c) in s.init_containers().iter().enumerate() {

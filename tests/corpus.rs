@@ -52,7 +52,7 @@ fn config() -> PolicyConfig {
 /// KServe's README objects, then the same caches with the status KServe reports and the Nodes
 /// and PVCs a hit needs (tests/fixtures/kserve/localmodelcache-status.yaml).
 fn kserve_caches(corpus: &Path) -> CacheIndex {
-    let (index, skipped) = CacheIndex::load_files(&[
+    let (index, skipped) = modelgate::cache::load_files(&[
         corpus.join("kserve/localmodelcache_readme_objects.yaml"),
         fixture_path("kserve/localmodelcache-status.yaml"),
     ])
@@ -1275,7 +1275,7 @@ fn gpu_terms() -> Value {
 #[test]
 fn kserve_shared_pvc_sample_resolves_to_the_pvc_ref_without_pinning_nodes() {
     let (index, _) =
-        CacheIndex::load_files(&[fixture_path("kserve/shared-pvc-status.yaml")]).unwrap();
+        modelgate::cache::load_files(&[fixture_path("kserve/shared-pvc-status.yaml")]).unwrap();
     let cfg = config();
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -1363,7 +1363,7 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
     let Some(corpus) = corpus_dir() else { return };
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/namespace-caches.yaml");
-    let (index, _) = CacheIndex::load_files(&[
+    let (index, _) = modelgate::cache::load_files(&[
         corpus.join("kserve/localmodelcache_readme_objects.yaml"),
         fixture_path("kserve/localmodelcache-status.yaml"),
         fixture,

@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
 use crate::cache::{CacheMetrics, ClusterCacheArgs};
-use crate::config::PolicyConfig;
+use crate::cli::policy::PolicyArgs;
 use crate::namespaces::NamespaceStore;
 use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
 use crate::server::deadline::parse_duration;
@@ -110,7 +110,7 @@ pub struct ServeArgs {
     pub cluster: ClusterCacheArgs,
 
     #[command(flatten)]
-    pub policy: PolicyConfig,
+    pub policy: PolicyArgs,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -219,6 +219,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let mut metrics = Metrics::new();
     let cache_metrics = CacheMetrics::new();
     cache_metrics.register(metrics.registry_mut());
+    metrics.count_cache_lookups(cache_metrics.lookup_counters());
     let no_cluster = args.cluster.no_cluster || args.dev;
     if args.dev && !args.cluster.no_cluster {
         tracing::info!("--dev: not watching the cluster's caches (as with --no-cluster)");
@@ -258,7 +259,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
         limits: args.limits.clone(),
-        config: args.policy.clone().finalize(),
+        config: args.policy.clone().into_config(),
         store: caches.store.clone(),
         namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),

@@ -52,7 +52,7 @@ fn reason(code: u16) -> &'static str {
 const RESPONSE_CAPACITY: usize = 4096;
 
 /// An AdmissionReview response for a decoded envelope.
-pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
+pub(super) fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
     Outcome {
         http_status: 200,
         body: write_review(envelope, decision).unwrap_or_default(),
@@ -124,7 +124,7 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
 }
 
 /// HTTP 400 with a Kubernetes `Status` body, for a body that is no AdmissionReview at all.
-pub fn bad_request(message: String, error: &'static str) -> Outcome {
+pub(super) fn bad_request(message: String, error: &'static str) -> Outcome {
     let body = StatusOut {
         api_version: Some("v1"),
         kind: Some("Status"),

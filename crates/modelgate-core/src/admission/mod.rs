@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::cache::Resolved;
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::FieldPath;
@@ -67,6 +68,8 @@ pub struct Decision {
     pub mode: Option<Mode>,
     /// What the policy did, when it was consulted (for `modelgate_policy_results_total`).
     pub result: Option<PolicyResult>,
+    /// How the pod's model URI was resolved, when the policy resolved one (any mode but `off`).
+    pub model_cache: Option<Resolved>,
     /// What a patch changes, rule by rule (in `enforce`), for reports such as `audit`.
     pub changes: Vec<policy::Change>,
     /// What a denial names, in the order of its message, with each field's rule, so that
@@ -125,6 +128,8 @@ pub struct Summary {
     /// The namespace's mode and the policy's result, when the policy was consulted.
     pub mode: Option<Mode>,
     pub result: Option<PolicyResult>,
+    /// How the pod's model URI was resolved (for `modelgate_cache_lookups_total`).
+    pub model_cache: Option<Resolved>,
     /// Why the request could not be handled as an admission (for error metrics).
     pub error: Option<&'static str>,
 }

@@ -81,6 +81,7 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
         ..Default::default()
     };
     d.warnings.extend(ns.label_warning);
+    let model_cache = verdict.as_ref().ok().and_then(|m| m.model_cache);
     match (ns.mode, verdict) {
         (Mode::Off, _) => return off(),
         (Mode::Enforce, Ok(mut m)) => {
@@ -129,6 +130,7 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
             d.result = Some(PolicyResult::WouldDeny);
         }
     }
+    d.model_cache = model_cache;
     d
 }
 

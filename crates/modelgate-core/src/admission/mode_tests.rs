@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::namespaces::{MODE_LABEL, NamespaceLabels, POD_SECURITY_ENFORCE_LABEL};
-use crate::server::metrics::Metrics;
 
 /// Namespaces `ns-<mode>` labelled with each mode, `ns-bogus` with an unknown value,
 /// `ns-plain` unlabelled, `ns-restricted` enforcing Pod Security restricted.
@@ -377,34 +376,94 @@ fn exempt_namespaces_stay_outside_the_modes() {
     assert_eq!((a.summary.mode, a.summary.result), (None, None));
 }
 
+/// The summary carries the mode and result that `modelgate_policy_results_total` counts (the
+/// server turns them into labels; tests/serve_cluster.rs reads the exported series).
 #[test]
-fn the_metric_counts_each_result_by_webhook_and_mode() {
-    let metrics = Metrics::new();
+fn each_result_is_summarised_with_its_mode() {
     let cells = [
-        (Webhook::Mutate, "ns-enforce", to_patch()),
-        (Webhook::Mutate, "ns-enforce", to_patch()),
-        (Webhook::Validate, "ns-enforce", to_deny()),
-        (Webhook::Mutate, "ns-warn", to_patch()),
-        (Webhook::Validate, "ns-audit", to_deny()),
-        (Webhook::Mutate, "ns-off", to_deny()),
-        (Webhook::Mutate, "ns-audit", compliant()),
+        (
+            Webhook::Mutate,
+            "ns-enforce",
+            to_patch(),
+            "enforce",
+            "patched",
+        ),
+        (
+            Webhook::Validate,
+            "ns-enforce",
+            to_deny(),
+            "enforce",
+            "denied",
+        ),
+        (
+            Webhook::Mutate,
+            "ns-warn",
+            to_patch(),
+            "warn",
+            "would_patch",
+        ),
+        (
+            Webhook::Validate,
+            "ns-audit",
+            to_deny(),
+            "audit",
+            "would_deny",
+        ),
+        (Webhook::Mutate, "ns-off", to_deny(), "off", "unchanged"),
+        (
+            Webhook::Mutate,
+            "ns-audit",
+            compliant(),
+            "audit",
+            "unchanged",
+        ),
     ];
-    for (webhook, ns, object) in cells {
+    for (webhook, ns, object, mode, result) in cells {
         let a = run(webhook, ns, object);
-        metrics.admission(webhook, &a.summary, 0.001);
+        let got = (
+            a.summary.mode.map(Mode::as_str),
+            a.summary.result.map(PolicyResult::as_str),
+        );
+        assert_eq!(got, (Some(mode), Some(result)), "{webhook:?} in {ns}");
     }
-    let text = metrics.encode().unwrap();
-    for line in [
-        r#"modelgate_policy_results_total{webhook="mutate",mode="enforce",result="patched"} 2"#,
-        r#"modelgate_policy_results_total{webhook="validate",mode="enforce",result="denied"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="warn",result="would_patch"} 1"#,
-        r#"modelgate_policy_results_total{webhook="validate",mode="audit",result="would_deny"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="off",result="unchanged"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="audit",result="unchanged"} 1"#,
-    ] {
-        assert!(text.contains(line), "{line} missing from\n{text}");
+}
+
+/// The resolution of the pod's model travels out in the summary of the admission that used it
+/// (`/mutate`, in every mode but `off`), to be counted once by the server.
+#[test]
+fn the_model_resolution_is_summarised_by_the_mutation_that_used_it() {
+    let model_pod = || {
+        let mut p = to_patch();
+        p["metadata"]["annotations"] = json!({"modelgate.io/model-uri": "hf://org/absent"});
+        p
+    };
+    let miss = Some(crate::cache::Resolved::Miss(
+        crate::cache::MissReason::NoMatch,
+    ));
+    for ns in ["ns-enforce", "ns-warn", "ns-audit"] {
+        assert_eq!(
+            run(Webhook::Mutate, ns, model_pod()).summary.model_cache,
+            miss,
+            "{ns}"
+        );
+        assert_eq!(
+            run(Webhook::Validate, ns, model_pod()).summary.model_cache,
+            None,
+            "{ns}"
+        );
     }
-    assert_eq!(text.matches("modelgate_policy_results_total{").count(), 6);
+    assert_eq!(
+        run(Webhook::Mutate, "ns-off", model_pod())
+            .summary
+            .model_cache,
+        None
+    );
+    assert_eq!(
+        run(Webhook::Mutate, "ns-enforce", to_patch())
+            .summary
+            .model_cache,
+        None
+    );
 }
 
 // Pod Security -------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
-use super::metrics::LookupCounters;
 use crate::config::CacheLayout;
 
 /// Which scope a cache comes from.
@@ -382,6 +381,26 @@ impl Lookup {
             Lookup::Miss(m) => Some(m.reason),
         }
     }
+
+    /// The answer in brief, as `modelgate_cache_lookups_total` counts it.
+    pub fn resolved(&self) -> Resolved {
+        match self {
+            Lookup::Hit(h) => match h.cache.scope {
+                CacheScope::Namespace(_) => Resolved::Namespace,
+                CacheScope::Cluster => Resolved::Cluster,
+            },
+            Lookup::Miss(m) => Resolved::Miss(m.reason),
+        }
+    }
+}
+
+/// How a pod's model URI was resolved: a hit by the scope of its cache, or a miss by reason.
+/// The admission that used the answer carries it out (in its summary) to be counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    Namespace,
+    Cluster,
+    Miss(MissReason),
 }
 
 /// Strips one trailing `/`, as matching requires for both URIs.
@@ -597,8 +616,6 @@ pub struct CacheIndex {
     nodes: HashMap<Arc<str>, Labels>,
     /// namespace → claim name → state. Shared strings: the watch keeps the same ones.
     pvcs: HashMap<Arc<str>, HashMap<Arc<str>, PvcState>>,
-    /// Counts every lookup by result and reason (the server's `modelgate_cache_lookups_total`).
-    counters: Option<LookupCounters>,
 }
 
 impl CacheIndex {
@@ -716,11 +733,6 @@ impl CacheIndex {
         }
     }
 
-    /// From now on every lookup and every miss decided before one is counted in `counters`.
-    pub fn count_lookups(&mut self, counters: LookupCounters) {
-        self.counters = Some(counters);
-    }
-
     pub fn counts(&self) -> Counts {
         Counts {
             namespace_caches: self.namespaces.values().map(Scope::len).sum(),
@@ -731,27 +743,9 @@ impl CacheIndex {
         }
     }
 
-    /// Counts an answer given without a lookup (opted out, KServe-managed, not synced).
-    pub fn record_miss(&self, reason: MissReason) {
-        if let Some(c) = &self.counters {
-            c.record_miss(reason);
-        }
-    }
-
     /// Resolves a model URI for a pod: the cache by precedence, then the node group, then the
     /// checks of SPEC.md §5 in order.
     pub fn lookup(&self, req: &LookupRequest) -> Lookup {
-        let answer = self.resolve(req);
-        if let Some(c) = &self.counters {
-            match &answer {
-                Lookup::Hit(h) => c.record_hit(&h.cache.scope),
-                Lookup::Miss(m) => c.record_miss(m.reason),
-            }
-        }
-        answer
-    }
-
-    fn resolve(&self, req: &LookupRequest) -> Lookup {
         let found = self
             .namespaces
             .get(req.namespace)

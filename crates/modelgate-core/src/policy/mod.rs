@@ -21,6 +21,7 @@ pub use model_cache::Caches;
 pub use validate::{Checks, Denial, Violation};
 pub use workload::Workload;
 
+use crate::cache::Resolved;
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::{FieldPath, PatchBuilder};
 
@@ -134,6 +135,8 @@ pub struct Mutation {
     /// One entry per change the patch makes; empty exactly when the patch is.
     pub changes: Vec<Change>,
     pub notes: Vec<String>,
+    /// How the model URI was resolved, when the pod names one.
+    pub model_cache: Option<Resolved>,
 }
 
 impl Mutation {
@@ -214,7 +217,8 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
     // 3. The model cache: annotations, volume, mounts, node affinity.
     let before = m.patch.len();
     let resolved = model_cache::apply(w, cfg, caches, &mut m.patch, &mut m.notes);
-    if let Some(change) = resolved {
+    if let Some((change, lookup)) = resolved {
+        m.model_cache = Some(lookup);
         if m.patch.len() > before {
             m.changes.push(change);
         } else if let Some(warning) = change.applied_warning {

@@ -17,7 +17,7 @@
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
 //! - [`cli`]: the commands and their flags (the policy flags convert into the core's config).
 
-pub use modelgate_core::{admission, config, patch, policy};
+pub use modelgate_core::{admission, config, policy};
 
 pub mod audit;
 pub mod cache;

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 
 use super::CacheIndex;
 use super::cluster::Kind;
-use super::index::{MissReason, Resolved};
+use super::{MissReason, Resolved};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {

@@ -22,7 +22,7 @@ pub mod admission;
 pub mod cache;
 pub mod config;
 pub mod namespaces;
-pub mod patch;
+mod patch;
 pub mod policy;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -21,34 +21,34 @@ enum Segment {
 
 /// A location inside the object under review.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldPath(Vec<Segment>);
+pub(crate) struct FieldPath(Vec<Segment>);
 
 impl FieldPath {
-    pub fn root() -> Self {
+    pub(crate) fn root() -> Self {
         FieldPath(Vec::new())
     }
 
-    pub fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
         let mut next = self.clone();
         next.0.push(Segment::Key(key.into()));
         next
     }
 
-    pub fn index(&self, index: usize) -> Self {
+    pub(crate) fn index(&self, index: usize) -> Self {
         let mut next = self.clone();
         next.0.push(Segment::Index(index));
         next
     }
 
     /// Chains several keys: `path.keys(["securityContext", "runAsUser"])`.
-    pub fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
+    pub(crate) fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
         let mut next = self.clone();
         next.0
             .extend(keys.iter().map(|k| Segment::Key(Cow::Borrowed(*k))));
         next
     }
 
-    pub fn pointer(&self) -> PointerBuf {
+    pub(crate) fn pointer(&self) -> PointerBuf {
         PointerBuf::from_tokens(self.0.iter().map(|s| match s {
             Segment::Key(k) => Token::new(k.as_ref()),
             Segment::Index(i) => Token::from(*i),
@@ -79,31 +79,27 @@ impl fmt::Display for FieldPath {
 /// An ordered list of patch operations. Operations apply in order, so callers emit in-place
 /// edits before anything that shifts array indices (inserts at the front, removals).
 #[derive(Debug, Default)]
-pub struct PatchBuilder {
+pub(crate) struct PatchBuilder {
     ops: Vec<PatchOperation>,
 }
 
 impl PatchBuilder {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Sets a member or inserts an array element (`add` replaces an existing member).
-    pub fn add(&mut self, path: &FieldPath, value: Value) {
+    pub(crate) fn add(&mut self, path: &FieldPath, value: Value) {
         self.ops.push(PatchOperation::Add(AddOperation {
             path: path.pointer(),
             value,
         }));
     }
 
-    pub fn append(&mut self, array: &FieldPath, value: Value) {
+    pub(crate) fn append(&mut self, array: &FieldPath, value: Value) {
         self.ops.push(PatchOperation::Add(AddOperation {
             path: array.append_pointer(),
             value,
         }));
     }
 
-    pub fn replace(&mut self, path: &FieldPath, value: Value) {
+    pub(crate) fn replace(&mut self, path: &FieldPath, value: Value) {
         self.ops.push(PatchOperation::Replace(ReplaceOperation {
             path: path.pointer(),
             value,
@@ -112,21 +108,21 @@ impl PatchBuilder {
 
     /// Copies the value at `from` to the end of the array at `array` (keeps fields this code
     /// does not know, which a typed copy would drop).
-    pub fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
+    pub(crate) fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
         self.ops.push(PatchOperation::Copy(CopyOperation {
             from: from.pointer(),
             path: array.append_pointer(),
         }));
     }
 
-    pub fn remove(&mut self, path: &FieldPath) {
+    pub(crate) fn remove(&mut self, path: &FieldPath) {
         self.ops.push(PatchOperation::Remove(RemoveOperation {
             path: path.pointer(),
         }));
     }
 
     /// Appends to an array that may not exist yet: creates it with one element when absent.
-    pub fn push_to(&mut self, array: &FieldPath, exists: bool, value: Value) {
+    pub(crate) fn push_to(&mut self, array: &FieldPath, exists: bool, value: Value) {
         if exists {
             self.append(array, value);
         } else {
@@ -135,7 +131,7 @@ impl PatchBuilder {
     }
 
     /// Sets `key` in the map at `map`, creating the map when absent.
-    pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: Value) {
+    pub(crate) fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: Value) {
         let mut fields = serde_json::Map::new();
         fields.insert(key.to_string(), value);
         self.set_fields(map, exists, fields);
@@ -143,7 +139,7 @@ impl PatchBuilder {
 
     /// Sets each of `fields` in the object at `object`: one `add` per field when it exists, else
     /// one `add` of the whole object (so no operation needs a parent that is not there yet).
-    pub fn set_fields(
+    pub(crate) fn set_fields(
         &mut self,
         object: &FieldPath,
         exists: bool,
@@ -161,19 +157,15 @@ impl PatchBuilder {
         }
     }
 
-    pub fn extend(&mut self, other: PatchBuilder) {
-        self.ops.extend(other.ops);
-    }
-
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ops.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 
-    pub fn into_patch(self) -> json_patch::Patch {
+    pub(crate) fn into_patch(self) -> json_patch::Patch {
         json_patch::Patch(self.ops)
     }
 }
@@ -211,7 +203,7 @@ mod tests {
     #[test]
     fn builder_ops_apply_in_order() {
         let mut doc = json!({"metadata": {}, "spec": {"volumes": [{"name": "a"}]}});
-        let mut b = PatchBuilder::new();
+        let mut b = PatchBuilder::default();
         let meta = FieldPath::root().key("metadata");
         b.set_in_map(&meta.key("annotations"), false, "x/y", json!("1"));
         b.push_to(

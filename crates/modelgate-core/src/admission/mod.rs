@@ -7,7 +7,7 @@
 
 mod decode;
 mod encode;
-pub mod mode;
+mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
@@ -495,7 +495,6 @@ impl DecodedObject {
         let raw_init_containers = self.raw_init_containers.as_deref();
         match &self.object {
             Object::Pod(p) => Ok(Workload {
-                kind: "Pod",
                 namespace,
                 restricted_namespace,
                 annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
@@ -510,7 +509,6 @@ impl DecodedObject {
                 let spec = j.spec.as_ref().ok_or_else(|| missing("spec"))?;
                 let template = &spec.template;
                 Ok(Workload {
-                    kind: "Job",
                     namespace,
                     restricted_namespace,
                     annotations: template

@@ -404,7 +404,7 @@ pub enum Resolved {
 }
 
 /// Strips one trailing `/`, as matching requires for both URIs.
-pub fn trim_uri(uri: &str) -> &str {
+pub(crate) fn trim_uri(uri: &str) -> &str {
     uri.strip_suffix('/').unwrap_or(uri)
 }
 
@@ -564,7 +564,7 @@ fn selector_matches(selector: &Labels, labels: &Labels) -> bool {
 
 /// Kubernetes' node selector term semantics: every requirement holds; an empty term matches no
 /// node.
-pub fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &Labels) -> bool {
+pub(crate) fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &Labels) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {
@@ -635,7 +635,9 @@ impl CacheIndex {
         }
     }
 
-    pub fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
+    /// The sources rebuild whole indices rather than remove; tests remove to state a case.
+    #[cfg(test)]
+    pub(crate) fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
         match scope {
             CacheScope::Cluster => self.cluster.remove(name),
             CacheScope::Namespace(ns) => {
@@ -663,10 +665,6 @@ impl CacheIndex {
             }
         }
         self.node_groups.insert(name.to_string(), group);
-    }
-
-    pub fn remove_node_group(&mut self, name: &str) -> bool {
-        self.node_groups.remove(name).is_some()
     }
 
     /// Adds or replaces a Node (name and labels).
@@ -703,7 +701,8 @@ impl CacheIndex {
             .insert(name.into(), state);
     }
 
-    pub fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
         let Some(claims) = self.pvcs.get_mut(namespace) else {
             return false;
         };

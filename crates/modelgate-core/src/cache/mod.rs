@@ -7,8 +7,8 @@
 //! same fields the same way.
 
 pub mod cluster;
-pub mod index;
-pub mod objects;
+pub(crate) mod index;
+pub(crate) mod objects;
 
 pub use cluster::Kind;
 pub use index::{

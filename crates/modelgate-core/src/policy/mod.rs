@@ -6,11 +6,11 @@
 //! - [`model_cache`]: model URI resolution against node-local caches (§5)
 //! - [`validate`]: what is denied (§6)
 
-pub mod cache_prep;
+mod cache_prep;
 pub mod model_cache;
-pub mod nonroot;
-pub mod validate;
-pub mod workload;
+mod nonroot;
+mod validate;
+mod workload;
 
 use serde_json::Value;
 
@@ -19,7 +19,7 @@ use std::fmt;
 
 pub use model_cache::Caches;
 pub use validate::{Checks, Denial, Violation};
-pub use workload::Workload;
+pub(crate) use workload::Workload;
 
 use crate::cache::Resolved;
 use crate::config::{PREP_CONTAINER, PolicyConfig};
@@ -130,7 +130,7 @@ impl Change {
 /// The result of the mutating pass: the patch, what it changes rule by rule, and the notes
 /// that describe no change (a mount skipped, caches not synced yet).
 #[derive(Debug, Default)]
-pub struct Mutation {
+pub(crate) struct Mutation {
     pub patch: PatchBuilder,
     /// One entry per change the patch makes; empty exactly when the patch is.
     pub changes: Vec<Change>,
@@ -141,25 +141,14 @@ pub struct Mutation {
 
 impl Mutation {
     /// The warnings of the mutation as applied: the changes that announce themselves, then
-    /// the notes.
-    pub fn warnings(&self) -> Vec<String> {
+    /// the notes (as the answer in `enforce` gives them).
+    #[cfg(test)]
+    pub(crate) fn warnings(&self) -> Vec<String> {
         self.changes
             .iter()
             .filter_map(|c| c.applied_warning.clone())
             .chain(self.notes.iter().cloned())
             .collect()
-    }
-
-    /// The patch and the warnings of the mutation as applied ([`Mutation::warnings`]), without
-    /// copying them.
-    pub fn into_applied(self) -> (PatchBuilder, Vec<String>) {
-        let warnings = self
-            .changes
-            .into_iter()
-            .filter_map(|c| c.applied_warning)
-            .chain(self.notes)
-            .collect();
-        (self.patch, warnings)
     }
 }
 
@@ -183,7 +172,11 @@ fn set_security_fields(
 
 /// Pod or Job CREATE: the whole policy. Ranges are checked first so that no patch is ever built
 /// from an invalid uid.
-pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result<Mutation, Denial> {
+pub(crate) fn mutate_create(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    caches: Caches,
+) -> Result<Mutation, Denial> {
     validate::validate(w, cfg, Checks::RangesOnly)?;
     let mut m = Mutation::default();
     let prep_managed = cache_prep::is_managed(w, cfg);
@@ -272,7 +265,7 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
 
 /// Pod UPDATE of the `ephemeralcontainers` subresource: only the ephemeral containers' own
 /// security contexts change.
-pub fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, Denial> {
+pub(crate) fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, Denial> {
     validate::validate(w, cfg, Checks::RangesOnly)?;
     let mut m = Mutation::default();
     nonroot::ephemeral_fixes(w, cfg, &mut m);
@@ -281,7 +274,7 @@ pub fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, De
 }
 
 /// The validating webhook's decision.
-pub fn validate(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
+pub(crate) fn validate(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
     validate::validate(w, cfg, Checks::All)
 }
 

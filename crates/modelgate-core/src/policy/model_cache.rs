@@ -50,7 +50,7 @@ impl<'a> Caches<'a> {
 /// Resolves the pod's model and patches accordingly; returns what that changes (the caller
 /// keeps it only when the patch grew) and how the model was resolved. `warnings` gets the notes
 /// that describe no change.
-pub fn apply(
+pub(crate) fn apply(
     w: &Workload,
     cfg: &PolicyConfig,
     caches: Caches,

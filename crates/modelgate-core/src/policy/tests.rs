@@ -18,7 +18,6 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
                 .collect()
         });
     let w = Workload {
-        kind: "Pod",
         namespace: "team-a",
         restricted_namespace: false,
         annotations: meta.annotations.as_ref(),

@@ -10,9 +10,7 @@ use serde_json::value::RawValue;
 use crate::patch::FieldPath;
 
 /// A pod spec and its metadata, as found in a Pod or a Job template.
-pub struct Workload<'a> {
-    /// `Pod` or `Job`, for messages.
-    pub kind: &'static str,
+pub(crate) struct Workload<'a> {
     /// The namespace the pod will run in (object metadata, else the request's).
     pub namespace: &'a str,
     /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
@@ -34,24 +32,14 @@ pub struct Workload<'a> {
 
 /// The three container lists of a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContainerList {
+pub(crate) enum ContainerList {
     Init,
     Regular,
     Ephemeral,
 }
 
-impl ContainerList {
-    pub fn field(self) -> &'static str {
-        match self {
-            ContainerList::Init => "initContainers",
-            ContainerList::Regular => "containers",
-            ContainerList::Ephemeral => "ephemeralContainers",
-        }
-    }
-}
-
 /// One container of any list, with its place in the object.
-pub struct ContainerRef<'a> {
+pub(crate) struct ContainerRef<'a> {
     pub list: ContainerList,
     /// Position within its own list.
     pub index: usize,
@@ -62,41 +50,43 @@ pub struct ContainerRef<'a> {
 }
 
 impl<'a> Workload<'a> {
-    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn annotation(&self, key: &str) -> Option<&'a str> {
         self.annotations?.get(key).map(String::as_str)
     }
 
-    pub fn has_label(&self, key: &str) -> bool {
+    pub(crate) fn has_label(&self, key: &str) -> bool {
         self.labels.is_some_and(|l| l.contains_key(key))
     }
 
-    pub fn has_annotation(&self, key: &str) -> bool {
+    pub(crate) fn has_annotation(&self, key: &str) -> bool {
         self.annotations.is_some_and(|a| a.contains_key(key))
     }
 
-    pub fn annotations_path(&self) -> FieldPath {
+    pub(crate) fn annotations_path(&self) -> FieldPath {
         self.meta_path.key("annotations")
     }
 
     /// `spec.os.name: windows`: the API forbids uids, gids and fsGroup there.
-    pub fn is_windows(&self) -> bool {
+    pub(crate) fn is_windows(&self) -> bool {
         self.spec.os.as_ref().is_some_and(|os| os.name == "windows")
     }
 
-    pub fn pod_security(&self) -> Option<&'a k8s_openapi::api::core::v1::PodSecurityContext> {
+    pub(crate) fn pod_security(
+        &self,
+    ) -> Option<&'a k8s_openapi::api::core::v1::PodSecurityContext> {
         self.spec.security_context.as_ref()
     }
 
-    pub fn pod_run_as_user(&self) -> Option<i64> {
+    pub(crate) fn pod_run_as_user(&self) -> Option<i64> {
         self.pod_security()?.run_as_user
     }
 
-    pub fn pod_fs_group(&self) -> Option<i64> {
+    pub(crate) fn pod_fs_group(&self) -> Option<i64> {
         self.pod_security()?.fs_group
     }
 
     /// Every container, in the order init, regular, ephemeral.
-    pub fn containers(&self) -> Vec<ContainerRef<'a>> {
+    pub(crate) fn containers(&self) -> Vec<ContainerRef<'a>> {
         let s = self.spec;
         let mut out = Vec::new();
         let init = s.init_containers.iter().flatten();

@@ -18,12 +18,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use modelgate::admission::{self, Context, Webhook};
+use modelgate::admission::{Context, Webhook};
 use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::documents::read_documents;
 use modelgate::policy::Caches;
+use modelgate_core::testing::{self, Answer};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -86,91 +86,17 @@ fn pin() -> Value {
 }
 
 /// One endpoint's answer, decoded from the bytes the API server would get.
-#[derive(Debug, Clone)]
-struct Answer {
-    http: u16,
-    body: Value,
-    allowed: bool,
-    /// The decoded JSON Patch, when the response carries one.
-    ops: Option<Vec<Value>>,
-    warnings: Vec<String>,
-    message: String,
-}
-
 fn call(webhook: Webhook, review: &Value, ctx: &Context) -> Answer {
-    let bytes = serde_json::to_vec(review).unwrap();
-    let out = admission::review(webhook, &bytes, ctx);
-    let body: Value = serde_json::from_slice(&out.body)
-        .unwrap_or_else(|e| panic!("response body is not JSON ({e}): {:?}", out.body));
-    if out.http_status != 200 {
-        return Answer {
-            http: out.http_status,
-            allowed: false,
-            ops: None,
-            warnings: vec![],
-            message: body["message"].as_str().unwrap_or("").to_string(),
-            body,
-        };
-    }
-    // SPEC.md §7: answered in kind, uid echoed, base64 patch only when there are operations.
-    assert_eq!(body["apiVersion"], review["apiVersion"], "answered in kind");
-    assert_eq!(body["kind"], "AdmissionReview");
-    let resp = &body["response"];
-    assert_eq!(resp["uid"], review["request"]["uid"], "uid echoed");
-    let allowed = resp["allowed"]
-        .as_bool()
-        .expect("response.allowed is a bool");
-    let ops = resp.get("patch").map(|p| {
-        let b64 = p.as_str().expect("the patch is a base64 string");
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .expect("the patch is valid base64");
-        let ops: Vec<Value> = serde_json::from_slice(&raw).expect("the patch is a JSON array");
-        assert!(!ops.is_empty(), "a patch is only sent with operations");
-        assert_eq!(resp["patchType"], "JSONPatch");
-        ops
-    });
-    if ops.is_none() {
-        assert!(
-            resp.get("patchType").is_none(),
-            "patchType only with a patch"
-        );
-    }
-    let warnings: Vec<String> = resp["warnings"]
-        .as_array()
-        .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default();
-    for w in &warnings {
-        assert!(
-            w.len() <= modelgate::policy::MAX_WARNING_LEN,
-            "warning longer than the API server passes whole: {w}"
-        );
-    }
-    let message = resp["status"]["message"].as_str().unwrap_or("").to_string();
-    if !allowed {
-        assert!(!message.is_empty(), "a denial says why");
-    }
-    Answer {
-        http: 200,
-        allowed,
-        ops,
-        warnings,
-        message,
-        body,
-    }
+    testing::review(webhook, review, ctx)
 }
 
 fn apply(object: &Value, ops: &[Value]) -> Value {
-    let patch: json_patch::Patch =
-        serde_json::from_value(Value::Array(ops.to_vec())).expect("the patch is RFC 6902");
-    let mut out = object.clone();
-    json_patch::patch(&mut out, &patch).unwrap_or_else(|e| {
+    testing::apply(object, ops).unwrap_or_else(|e| {
         panic!(
             "the patch does not apply: {e}\npatch: {}\nobject: {object}",
             Value::Array(ops.to_vec())
         )
-    });
-    out
+    })
 }
 
 fn with_object(review: &Value, object: Value) -> Value {

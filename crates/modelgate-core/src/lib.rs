@@ -24,5 +24,5 @@ pub mod config;
 pub mod namespaces;
 mod patch;
 pub mod policy;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;

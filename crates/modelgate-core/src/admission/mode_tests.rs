@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::namespaces::{MODE_LABEL, NamespaceLabels, POD_SECURITY_ENFORCE_LABEL};
+use crate::testing;
 
 /// Namespaces `ns-<mode>` labelled with each mode, `ns-bogus` with an unknown value,
 /// `ns-plain` unlabelled, `ns-restricted` enforcing Pod Security restricted.
@@ -33,8 +33,8 @@ fn namespaces() -> Namespaces {
     ns
 }
 
-fn review(ns: &str, object: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+fn review(ns: &str, object: Value) -> Value {
+    json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": "u-1",
@@ -43,8 +43,7 @@ fn review(ns: &str, object: Value) -> Vec<u8> {
             "namespace": ns, "operation": "CREATE", "userInfo": {"username": "alice"},
             "object": object,
         }
-    }))
-    .unwrap()
+    })
 }
 
 fn pod(spec: Value) -> Value {
@@ -129,21 +128,12 @@ fn run_in(
         caches: Caches::Ready(index),
         namespaces,
     };
-    let out = super::review(webhook, &review(ns, object), &ctx);
-    assert_eq!(out.http_status, 200);
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let response = body["response"].clone();
-    let patch = response["patch"].as_str().map(|b64| {
-        assert_eq!(response["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap();
-        serde_json::from_slice(&bytes).unwrap()
-    });
+    let answer = testing::review(webhook, &review(ns, object), &ctx);
+    assert_eq!(answer.http, 200, "{}", answer.body);
     Answer {
-        response,
-        patch,
-        summary: out.summary,
+        response: answer.body["response"].clone(),
+        patch: answer.ops,
+        summary: answer.summary.expect("an in-process answer has a summary"),
     }
 }
 

@@ -1,12 +1,13 @@
 //! Unit tests of the pipeline, one per rule of SPEC.md §1–§7, through the same entry point the
 //! server uses: AdmissionReview bytes in, AdmissionReview bytes out.
 
-use base64::Engine;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::config::{IdSetting, PolicyConfig, PrepMode};
+use crate::testing;
+use base64::Engine;
 
 fn review_of(kind: &str, operation: &str, sub: Option<&str>, ns: &str, object: Value) -> Value {
     let (group, version) = match kind {
@@ -54,42 +55,12 @@ impl Answer {
 }
 
 fn run_with(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheIndex) -> Answer {
-    let ctx = Context {
-        config: cfg,
-        caches: Caches::Ready(index),
-        namespaces: crate::namespaces::Namespaces::none(),
-    };
-    let out = super::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
-    assert_eq!(
-        out.http_status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&out.body)
-    );
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let response = body["response"].clone();
-    assert_eq!(response["uid"], review["request"]["uid"]);
-    let mut patched = review["request"]["object"].clone();
-    let patch: Vec<Value> = match response.get("patch") {
-        Some(Value::String(b64)) => {
-            assert_eq!(response["patchType"], "JSONPatch");
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .unwrap();
-            let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-            json_patch::patch(&mut patched, &patch).expect("patch applies");
-            serde_json::from_slice(&bytes).unwrap()
-        }
-        Some(other) => panic!("patch must be a base64 string, got {other}"),
-        None => {
-            assert!(response.get("patchType").is_none());
-            vec![]
-        }
-    };
+    let answer = testing::review(webhook, review, &testing::context(cfg, index));
+    assert_eq!(answer.http, 200, "{}", answer.body);
     Answer {
-        response,
-        patch,
-        patched,
+        patched: answer.patched(&review["request"]["object"]),
+        patch: answer.ops.unwrap_or_default(),
+        response: answer.body["response"].clone(),
     }
 }
 

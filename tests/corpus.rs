@@ -480,20 +480,19 @@ fn expectations() -> Vec<(&'static str, &'static str, Expect)> {
         (leak(p, "kyverno-test_mutatedmypod.yaml"), "*", Untouched),
     ]);
 
-    // kyverno windows: chosen by nodeSelector only, without spec.os.name, so SPEC.md's Windows
-    // rule (which keys on spec.os.name) does not apply: they get the full default identity, and
-    // their windowsOptions survive.
+    // kyverno windows: chosen by nodeSelector only, without spec.os.name: SPEC.md §1 makes them
+    // Windows pods all the same, so they get runAsNonRoot only (no uid or gid, which the API
+    // forbids there), and their windowsOptions survive; the good pod has it already.
     t.extend([
         (
             "kyverno/windows/pod-bad.yaml",
             "*",
-            mutated(sc(json!({"windowsOptions": {"hostProcess": true, "runAsUserName": "NT AUTHORITY\\Local service"}}))),
+            mutated(json!({
+                "runAsNonRoot": true,
+                "windowsOptions": {"hostProcess": true, "runAsUserName": "NT AUTHORITY\\Local service"}
+            })),
         ),
-        (
-            "kyverno/windows/pod-good.yaml",
-            "*",
-            mutated(sc(json!({"windowsOptions": {"hostProcess": false, "runAsUserName": "ContainerUser"}}))),
-        ),
+        ("kyverno/windows/pod-good.yaml", "*", Untouched),
     ]);
 
     // Pod Security Admission restricted fixtures.

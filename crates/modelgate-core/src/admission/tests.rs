@@ -294,6 +294,66 @@ fn windows_pods_get_run_as_non_root_only() {
 }
 
 #[test]
+fn pods_that_select_windows_nodes_are_windows_pods() {
+    let only_windows = json!({"nodeSelectorTerms": [
+        {"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}
+        ]},
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}
+    ]});
+    let windows_or_linux = json!({"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]},
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}
+    ]});
+    let either_value = json!({"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows", "linux"]}]}
+    ]});
+    let not_linux = json!({"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["linux"]}]}
+    ]});
+    let required = |terms: &Value| json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}});
+    let preferred = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}
+    ]}});
+    for (selection, windows) in [
+        (
+            json!({"nodeSelector": {"kubernetes.io/os": "windows"}}),
+            true,
+        ),
+        (
+            json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+            false,
+        ),
+        (json!({"affinity": required(&only_windows)}), true),
+        (json!({"affinity": required(&windows_or_linux)}), false),
+        (json!({"affinity": required(&either_value)}), false),
+        (json!({"affinity": required(&not_linux)}), false),
+        (json!({"affinity": preferred}), false),
+        // `spec.os` decides when present.
+        (
+            json!({"os": {"name": "linux"}, "nodeSelector": {"kubernetes.io/os": "windows"}}),
+            false,
+        ),
+    ] {
+        let mut spec = selection.clone();
+        spec["volumes"] = json!([pvc_volume()]);
+        spec["containers"] = json!([{"name": "c", "image": "x"}]);
+        let a = mutate(pod(spec));
+        let sc = &a.patched["spec"]["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{selection}");
+        assert_eq!(sc.get("runAsUser").is_none(), windows, "{selection}");
+        assert_eq!(sc.get("fsGroup").is_none(), windows, "{selection}");
+        assert_eq!(
+            a.patched["spec"].get("initContainers").is_none(),
+            windows,
+            "{selection}"
+        );
+    }
+}
+
+#[test]
 fn unknown_fields_survive() {
     let mut p = cache_pod(pvc_volume());
     p["spec"]["futureField"] = json!({"x": 1});
@@ -411,11 +471,27 @@ fn only_writable_storage_gets_a_prep() {
         (json!({"csi": {"driver": "d"}}), true),
         (json!({"nfs": {"server": "s", "path": "/p"}}), true),
         (json!({"hostPath": {"path": "/p"}}), true),
+        (json!({"cephfs": {"monitors": ["m"]}}), true),
+        (json!({"rbd": {"monitors": ["m"], "image": "i"}}), true),
+        (
+            json!({"iscsi": {"targetPortal": "t", "iqn": "q", "lun": 0}}),
+            true,
+        ),
+        (
+            json!({"azureFile": {"secretName": "s", "shareName": "d"}}),
+            true,
+        ),
+        (json!({"awsElasticBlockStore": {"volumeID": "v"}}), true),
+        (json!({"gcePersistentDisk": {"pdName": "p"}}), true),
         (json!({"emptyDir": {}}), false),
         (json!({"configMap": {"name": "c"}}), false),
         (json!({"secret": {"secretName": "s"}}), false),
         (json!({"downwardAPI": {}}), false),
         (json!({"projected": {"sources": []}}), false),
+        (json!({"image": {"reference": "r"}}), false),
+        (json!({"gitRepo": {"repository": "r"}}), false),
+        // No source: the API server makes it an emptyDir.
+        (json!({}), false),
     ] {
         let mut vol = source.clone();
         vol["name"] = json!("model-cache");

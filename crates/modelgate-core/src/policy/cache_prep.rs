@@ -20,14 +20,30 @@ pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> 
         .unwrap_or(cfg.cache_volume.as_str())
 }
 
-/// Storage whose ownership the prep container can and must fix. emptyDir, configMap, secret,
-/// downwardAPI and projected volumes are either fresh per pod or read-only, so they are not.
+/// Volume sources that are not persistent, writable storage (SPEC.md §4): fresh per pod, or
+/// read-only. Every other source (persistentVolumeClaim, ephemeral, csi, nfs, hostPath, cephfs,
+/// …) is storage whose ownership the prep container can and must fix.
+const NOT_CACHE_STORAGE: [&str; 7] = [
+    "emptyDir",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+    "image",
+    "gitRepo",
+];
+
+/// The source of a volume, by its field name (`persistentVolumeClaim`, `nfs`, …); `None` for a
+/// volume without one, which the API server defaults to `emptyDir`.
+fn volume_source(v: &Volume) -> Option<String> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(v).ok()? else {
+        return None;
+    };
+    fields.into_iter().map(|(k, _)| k).find(|k| k != "name")
+}
+
 fn is_writable_storage(v: &Volume) -> bool {
-    v.persistent_volume_claim.is_some()
-        || v.ephemeral.is_some()
-        || v.csi.is_some()
-        || v.nfs.is_some()
-        || v.host_path.is_some()
+    volume_source(v).is_some_and(|source| !NOT_CACHE_STORAGE.contains(&source.as_str()))
 }
 
 /// Whether the pod has the cache volume, backed by writable storage ("mounts the model cache").

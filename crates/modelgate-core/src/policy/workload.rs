@@ -9,6 +9,10 @@ use serde_json::value::RawValue;
 
 use crate::patch::FieldPath;
 
+/// The well-known node label of the operating system, and its Windows value.
+const OS_LABEL: &str = "kubernetes.io/os";
+const WINDOWS: &str = "windows";
+
 /// A pod spec and its metadata, as found in a Pod or a Job template.
 pub(crate) struct Workload<'a> {
     /// The namespace the pod will run in (object metadata, else the request's).
@@ -66,9 +70,46 @@ impl<'a> Workload<'a> {
         self.meta_path.key("annotations")
     }
 
-    /// `spec.os.name: windows`: the API forbids uids, gids and fsGroup there.
+    /// A Windows pod (SPEC.md §1), where the API forbids uids, gids and fsGroup: `spec.os.name:
+    /// windows`, or, without `spec.os`, a pod that selects Windows nodes: `nodeSelector`
+    /// `kubernetes.io/os: windows`, or a required node affinity whose every term admits only
+    /// that value.
     pub(crate) fn is_windows(&self) -> bool {
-        self.spec.os.as_ref().is_some_and(|os| os.name == "windows")
+        if let Some(os) = &self.spec.os {
+            return os.name == WINDOWS;
+        }
+        let by_selector = self
+            .spec
+            .node_selector
+            .as_ref()
+            .and_then(|s| s.get(OS_LABEL))
+            .is_some_and(|os| os == WINDOWS);
+        by_selector || self.required_affinity_admits_only_windows()
+    }
+
+    fn required_affinity_admits_only_windows(&self) -> bool {
+        let terms = self
+            .spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|r| r.node_selector_terms.as_slice())
+            .unwrap_or_default();
+        // Terms are ORed and the expressions of a term ANDed: each term must pin the OS itself.
+        !terms.is_empty()
+            && terms.iter().all(|term| {
+                term.match_expressions.iter().flatten().any(|e| {
+                    e.key == OS_LABEL
+                        && e.operator == "In"
+                        && e.values
+                            .as_deref()
+                            .is_some_and(|v| !v.is_empty() && v.iter().all(|os| os == WINDOWS))
+                })
+            })
     }
 
     pub(crate) fn pod_security(

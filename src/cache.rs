@@ -8,6 +8,7 @@ pub use modelgate_core::cache::*;
 
 pub mod list;
 pub mod metrics;
+mod reflect;
 pub mod store;
 pub mod watch;
 

@@ -4,9 +4,10 @@
 //! One task per kind runs a kube-runtime [`watcher`] (list, then watch from the list's
 //! resourceVersion, cluster-wide; [`metadata_watcher`] for the kinds read by metadata only, see
 //! [`Kind::reading`]) and keeps that kind's converted objects. Every kind goes through the same
-//! path ([`watch_kind`]): adding one is a [`Kind`] variant, its conversion, and nothing here. A
-//! publisher task rebuilds the whole index from every kind plus the static `--caches` objects and publishes
-//! it to the [`CacheStore`], at most once per debounce interval however many events arrive. An
+//! path ([`watch_kind`], with the event rules of [`super::reflect`]): adding one is a [`Kind`]
+//! variant, its conversion, and nothing here. A publisher task rebuilds the whole index from
+//! every kind plus the static `--caches` objects and publishes it to the [`CacheStore`], at
+//! most once per debounce interval however many events arrive. An
 //! admission only loads the published `Arc`: it never waits for the watch and never calls the
 //! API server.
 //!
@@ -41,10 +42,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::cluster::{
-    Converted, Kind, KindObjects, Reading, build_index, convert, describe, object_key,
-};
+use super::cluster::{Converted, Kind, KindObjects, Reading, build_index};
 use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
+use super::reflect::{Applied, KindWriter};
 use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
 
@@ -455,63 +455,29 @@ async fn watch_kind(
     let mut listed = false;
     loop {
         let mut stream = kind_stream(kind, client.clone(), wc.clone());
-        // Objects of a list in progress; they replace the kind's objects once it completes.
-        let mut listing: Option<KindObjects> = None;
+        let mut writer = KindWriter::new(kind);
         while let Some(item) = stream.next().await {
             let changed = match item {
-                Ok(Event::Init) => {
-                    listing = Some(KindObjects::new());
-                    false
-                }
-                Ok(Event::InitApply(obj)) => {
-                    let key = object_key(&obj);
-                    match convert(kind, obj) {
-                        Ok(c) => {
-                            let key = c.shared_key().unwrap_or(key);
-                            listing.get_or_insert_default().insert(key, Arc::new(c));
+                Ok(event) => match writer.apply(event, &state.objects) {
+                    Applied::Nothing => false,
+                    Applied::Changed => true,
+                    Applied::Listed(n) => {
+                        if crd_missing {
+                            info!("{kind}: the CRD is installed now; {n} objects listed");
+                            crd_missing = false;
+                        } else if !listed {
+                            info!("{kind}: {n} objects listed");
+                        } else {
+                            info!("{kind}: relisted, {n} objects");
                         }
-                        Err(why) => warn!("{} skipped: {why}", describe(kind, &key)),
+                        listed = true;
+                        mark_synced(kind, state, &metrics);
+                        true
                     }
-                    false
-                }
-                Ok(Event::InitDone) => {
-                    let objects = listing.take().unwrap_or_default();
-                    let n = objects.len();
-                    *state.objects() = objects;
-                    if crd_missing {
-                        info!("{kind}: the CRD is installed now; {n} objects listed");
-                        crd_missing = false;
-                    } else if !listed {
-                        info!("{kind}: {n} objects listed");
-                    } else {
-                        info!("{kind}: relisted, {n} objects");
-                    }
-                    listed = true;
-                    mark_synced(kind, state, &metrics);
-                    true
-                }
-                Ok(Event::Apply(obj)) => {
-                    let key = object_key(&obj);
-                    let converted = convert(kind, obj);
-                    let mut objects = state.objects();
-                    match converted {
-                        Ok(c) => {
-                            objects.insert(c.shared_key().unwrap_or(key), Arc::new(c));
-                        }
-                        Err(why) => {
-                            warn!("{} ignored: {why}", describe(kind, &key));
-                            objects.remove(&key);
-                        }
-                    }
-                    true
-                }
-                Ok(Event::Delete(obj)) => {
-                    state.objects().remove(&object_key(&obj));
-                    true
-                }
+                },
                 Err(e) => {
                     metrics.watch_restarted(kind);
-                    listing = None;
+                    writer.reset();
                     match &e {
                         watcher::Error::InitialListFailed(err)
                             if kind.is_custom() && is_not_found(err) =>

@@ -106,7 +106,7 @@ impl Default for PolicyConfig {
 impl PolicyConfig {
     /// The exempt namespaces in force: the flag's values, or `kube-system` plus the namespace the
     /// webhook runs in (from `POD_NAMESPACE`, as the manifests set it) when the flag is not given.
-    pub fn effective_exempt_namespaces(&self) -> Vec<String> {
+    pub(crate) fn effective_exempt_namespaces(&self) -> Vec<String> {
         if !self.exempt_namespaces.is_empty() {
             return self.exempt_namespaces.clone();
         }

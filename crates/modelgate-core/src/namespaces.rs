@@ -46,7 +46,7 @@ impl Mode {
     }
 
     /// A label value, exactly as written (labels are case-sensitive, as PSA's are).
-    pub fn from_label(value: &str) -> Option<Mode> {
+    pub(crate) fn from_label(value: &str) -> Option<Mode> {
         Mode::ALL.into_iter().find(|m| m.as_str() == value)
     }
 }

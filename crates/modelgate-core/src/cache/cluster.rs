@@ -123,7 +123,7 @@ pub enum Converted {
 }
 
 impl Converted {
-    pub fn insert_into(&self, index: &mut CacheIndex) {
+    pub(crate) fn insert_into(&self, index: &mut CacheIndex) {
         match self {
             Converted::Cache(entry) => index.upsert_cache(entry.clone()),
             Converted::NodeGroup { name, terms } => index.upsert_node_group(name, terms.clone()),

@@ -679,7 +679,7 @@ impl CacheIndex {
         self.nodes.insert(name, labels);
     }
 
-    pub fn remove_node(&mut self, name: &str) -> bool {
+    pub(crate) fn remove_node(&mut self, name: &str) -> bool {
         let Some(labels) = self.nodes.remove(name) else {
             return false;
         };
@@ -714,7 +714,7 @@ impl CacheIndex {
     }
 
     /// Adds every object of `other`, replacing those of the same kind, scope and name.
-    pub fn merge(&mut self, other: &CacheIndex) {
+    pub(crate) fn merge(&mut self, other: &CacheIndex) {
         let scopes = other.namespaces.values().chain([&other.cluster]);
         for entry in scopes.flat_map(Scope::entries) {
             self.upsert_cache(entry.clone());

@@ -20,7 +20,7 @@ pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
-pub const GROUP_VERSION: &str = "serving.kserve.io/v1alpha1";
+const GROUP_VERSION: &str = "serving.kserve.io/v1alpha1";
 
 pub const CORE_VERSION: &str = "v1";
 
@@ -66,7 +66,7 @@ fn routing_kind(api_version: &str, kind: &str) -> Option<Kind> {
 }
 
 /// The required node terms of a node group's persistent volume, if it has any.
-pub fn node_group_terms(
+pub(crate) fn node_group_terms(
     g: &LocalModelNodeGroup,
 ) -> Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>> {
     g.spec

@@ -30,7 +30,7 @@ pub const MAX_WARNING_LEN: usize = 256;
 
 /// `uri` cut in the middle (`hf://org/…/model.safetensors`) to at most `room` bytes, so that a
 /// warning naming a cache keeps the cache's name whole: the URI is what gives way.
-pub fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
+pub(crate) fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
     const ELLIPSIS: &str = "…";
     if uri.len() <= room {
         return Cow::Borrowed(uri);

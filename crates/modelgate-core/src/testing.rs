@@ -157,3 +157,63 @@ pub fn read_answer(webhook: Webhook, review: &Value, http_status: u16, body: &[u
         summary: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request() -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "request": {"uid": "u-1"}})
+    }
+
+    fn answer(response: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
+                                   "kind": "AdmissionReview", "response": response}))
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_a_patch_and_applies_it() {
+        let patch = base64::engine::general_purpose::STANDARD
+            .encode(br#"[{"op":"add","path":"/a","value":1}]"#);
+        let body = answer(json!({"uid": "u-1", "allowed": true,
+                                 "patchType": "JSONPatch", "patch": patch}));
+        let a = read_answer(Webhook::Mutate, &request(), 200, &body);
+        assert!(a.allowed);
+        assert_eq!(a.patched(&json!({})), json!({"a": 1}));
+    }
+
+    #[test]
+    #[should_panic(expected = "/validate never patches")]
+    fn a_patch_from_validate_fails_the_test() {
+        let patch = base64::engine::general_purpose::STANDARD.encode(b"[]");
+        let body = answer(json!({"uid": "u-1", "allowed": true,
+                                 "patchType": "JSONPatch", "patch": patch}));
+        read_answer(Webhook::Validate, &request(), 200, &body);
+    }
+
+    #[test]
+    #[should_panic(expected = "uid echoed")]
+    fn another_uid_fails_the_test() {
+        read_answer(
+            Webhook::Mutate,
+            &request(),
+            200,
+            &answer(json!({"uid": "u-2", "allowed": true})),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a denial says why")]
+    fn a_denial_without_a_reason_fails_the_test() {
+        read_answer(
+            Webhook::Validate,
+            &request(),
+            200,
+            &answer(json!({"uid": "u-1", "allowed": false})),
+        );
+    }
+}

@@ -17,6 +17,7 @@ use crate::cli::policy::PolicyArgs;
 use crate::namespaces::NamespaceStore;
 use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
 use crate::server::deadline::parse_duration;
+use crate::server::log_writer;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
@@ -127,7 +128,7 @@ enum StartError {
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
-    init_logging(args.log_format);
+    let log = init_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -138,7 +139,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    let result = runtime.block_on(serve(args));
+    // Every buffered line reaches stderr before a final message; later lines go straight out.
+    drop(log);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(StartError::Usage(e)) => {
             eprintln!("error: {e:#}");
@@ -375,12 +379,15 @@ pub fn curl_command(ca: &Path, sample: &Path, addr: SocketAddr) -> String {
     )
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr through [`log_writer`]: one line per admission costs a copy on the request
+/// path, not a `write(2)`. Keep the guard until the end: it writes what is still buffered.
+fn init_logging(format: LogFormat) -> log_writer::FlushGuard<std::io::Stderr> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = log_writer::stderr();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match format {
         LogFormat::Text => builder.try_init(),
@@ -393,6 +400,7 @@ fn init_logging(format: LogFormat) {
     if let Err(e) = result {
         eprintln!("warning: logging not initialised: {e}");
     }
+    guard
 }
 
 #[cfg(test)]

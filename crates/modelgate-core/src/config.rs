@@ -104,25 +104,16 @@ impl Default for PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The exempt namespaces in force: the flag's values, or `kube-system` plus the namespace the
-    /// webhook runs in (from `POD_NAMESPACE`, as the manifests set it) when the flag is not given.
-    pub(crate) fn effective_exempt_namespaces(&self) -> Vec<String> {
-        if !self.exempt_namespaces.is_empty() {
-            return self.exempt_namespaces.clone();
+    /// The exempt namespaces in force: the flag's values, or, when the flag is not given,
+    /// `kube-system` plus `own_namespace`, the namespace the webhook runs in. Resolved once, so
+    /// the pipeline never asks again.
+    pub fn with_default_exemptions(mut self, own_namespace: Option<&str>) -> Self {
+        if self.exempt_namespaces.is_empty() {
+            self.exempt_namespaces.push("kube-system".to_string());
+            if let Some(own) = own_namespace.filter(|n| !n.is_empty() && *n != "kube-system") {
+                self.exempt_namespaces.push(own.to_string());
+            }
         }
-        let mut out = vec!["kube-system".to_string()];
-        if let Ok(own) = std::env::var("POD_NAMESPACE")
-            && !own.is_empty()
-            && own != "kube-system"
-        {
-            out.push(own);
-        }
-        out
-    }
-
-    /// Resolves the exempt namespace default once, so the pipeline never reads the environment.
-    pub fn finalize(mut self) -> Self {
-        self.exempt_namespaces = self.effective_exempt_namespaces();
         self
     }
 
@@ -200,6 +191,23 @@ pub fn absolute_path(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_exemptions_are_kube_system_and_the_own_namespace_unless_the_flag_is_given() {
+        let exempt = |flag: &[&str], own: Option<&str>| {
+            PolicyConfig {
+                exempt_namespaces: flag.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            }
+            .with_default_exemptions(own)
+            .exempt_namespaces
+        };
+        assert_eq!(exempt(&[], None), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("")), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("kube-system")), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("modelgate")), ["kube-system", "modelgate"]);
+        assert_eq!(exempt(&["team-x"], Some("modelgate")), ["team-x"]);
+    }
 
     #[test]
     fn init_container_user_range() {

@@ -353,7 +353,7 @@ fn default_mode_applies_to_unlabelled_namespaces_and_an_unknown_label_enforces_w
 
 #[test]
 fn exempt_namespaces_stay_outside_the_modes() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let a = run_in(
         Webhook::Mutate,
         "kube-system",

@@ -1232,7 +1232,7 @@ fn other_kinds_are_allowed_with_one_warning() {
 
 #[test]
 fn exempt_namespaces_are_untouched() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let p = pod(
         json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
     );
@@ -1259,7 +1259,7 @@ fn exempt_namespaces_are_untouched() {
 
 #[test]
 fn mirror_pods_are_untouched() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let mut p = pod(
         json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
     );

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 
@@ -34,7 +33,7 @@ fn reviews() -> Vec<(&'static str, Vec<u8>)> {
 
 fn pipeline(c: &mut Criterion) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
-    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).expect("caches");
+    let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
     let config = PolicyConfig::default();
     let ctx = Context {
         config: &config,

@@ -48,7 +48,6 @@ use axum::routing::{get, post};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 use modelgate::server::tls::TlsFiles;
@@ -95,7 +94,7 @@ fn floor_main() -> anyhow::Result<()> {
     let listen: SocketAddr = listen.parse().context("LISTEN")?;
     // The answer serve gives to this review, computed once: the floor sends the same bytes.
     let body = std::fs::read(review).with_context(|| review.clone())?;
-    let (index, _) = CacheIndex::load_files(&[PathBuf::from(caches)])?;
+    let (index, _) = modelgate::cache::load_files(&[PathBuf::from(caches)])?;
     let config = PolicyConfig::default();
     let ctx = Context {
         config: &config,

@@ -9,7 +9,6 @@ use std::path::Path;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use modelgate::admission::{self, Context, Webhook};
-use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
 
@@ -19,7 +18,7 @@ fn main() {
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
     let body = std::fs::read(dir.join(format!("{name}.json"))).expect("reference review");
-    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).expect("caches");
+    let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
     let config = PolicyConfig::default();
     let ctx = Context {
         config: &config,

@@ -10,14 +10,17 @@ cd "$REPO"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "cargo fmt --check"
-cargo fmt --check
+step "cargo fmt --all --check"
+cargo fmt --all --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --locked --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --locked --workspace --all-targets -- -D warnings
 
-step "cargo test"
-cargo test --locked
+step "modelgate-core depends on no runtime, server, Kubernetes client or argument parser"
+scripts/check-core-deps.sh
+
+step "cargo test --workspace"
+cargo test --locked --workspace
 
 step "install assets (tests/assets: helm, kustomize, kubernetes-validate, hadolint, promtool, Prometheus)"
 scripts/check-install-assets.sh

@@ -1,22 +1,27 @@
 //! modelgate: a mutating and validating admission webhook for clusters that serve ML models.
 //!
-//! The layers, from the inside out:
-//! - [`policy`]: SPEC.md's rules as pure functions over a decoded workload;
-//! - [`cache`]: KServe's model cache objects and the index that answers lookups;
-//! - [`namespaces`]: each namespace's rollout mode and Pod Security level;
-//! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
-//!   operation, shapes the policy's verdict by the namespace's mode, and encodes the one
-//!   response the API server gets;
+//! # Layout
+//! Two crates in one workspace. The pure pipeline, SPEC.md §1–§7 as bytes in → bytes out, is
+//! `crates/modelgate-core` ([`modelgate_core`]): [`admission`] (decode, dispatch, modes,
+//! encode), [`policy`], [`patch`], [`config`] (the policy's settings as plain values), the cache
+//! index and the conversion of cluster objects into it, and the namespaces' modes. It has no
+//! I/O and no async runtime, HTTP stack, Kubernetes client or argument parser among its
+//! dependencies, so this package depends on it and never the other way round.
+//!
+//! This package adds what touches the world:
+//! - [`cache`]: the core's index, filled from `--caches` files, a one-time list of the cluster
+//!   and `serve`'s watch, with its metrics;
+//! - [`namespaces`]: the core's namespace modes, from files and `serve`'s metadata watch;
+//! - [`documents`]: YAML and JSON files read as kubectl reads them (SPEC.md §8);
+//! - [`audit`]: `modelgate audit`'s evaluation of existing workloads (SPEC.md §10);
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
-//! - [`cli`]: the `review`, `serve` and `certs` commands.
+//! - [`cli`]: the commands and their flags (the policy flags convert into the core's config).
 
-pub mod admission;
+pub use modelgate_core::{admission, config, policy};
+
 pub mod audit;
 pub mod cache;
 pub mod cli;
-pub mod config;
 pub mod documents;
 pub mod namespaces;
-pub mod patch;
-pub mod policy;
 pub mod server;

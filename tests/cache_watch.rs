@@ -731,7 +731,7 @@ async fn a_burst_of_events_costs_few_publishes() {
 
 #[tokio::test]
 async fn a_burst_of_admissions_makes_no_request_to_the_api_server() {
-    let (server, watch, metrics) = synced(config()).await;
+    let (server, watch, _metrics) = synced(config()).await;
     server.apply(
         NAMESPACE_CACHES,
         ns_cache("team-a", "mine", "hf://org/mine"),
@@ -742,7 +742,6 @@ async fn a_burst_of_admissions_makes_no_request_to_the_api_server() {
     })
     .await;
     let requests = server.requests();
-    let lookups_before = lookups(&metrics);
     let n = 3_000;
     let started = Instant::now();
     for i in 0..n {
@@ -760,19 +759,10 @@ async fn a_burst_of_admissions_makes_no_request_to_the_api_server() {
         requests,
         "admissions called the API server"
     );
-    assert_eq!(lookups(&metrics) - lookups_before, n as u64);
     eprintln!(
         "{n} admissions in {elapsed:?} ({:?} each), 0 API requests",
         elapsed / n as u32
     );
-}
-
-fn lookups(metrics: &CacheMetrics) -> u64 {
-    metrics_text(metrics)
-        .lines()
-        .filter(|l| l.starts_with("modelgate_cache_lookups_total{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
 }
 
 #[tokio::test]

@@ -18,12 +18,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use modelgate::admission::{self, Context, Webhook};
+use modelgate::admission::{Context, Webhook};
 use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::documents::read_documents;
 use modelgate::policy::Caches;
+use modelgate_core::testing::{self, Answer};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -52,7 +52,7 @@ fn config() -> PolicyConfig {
 /// KServe's README objects, then the same caches with the status KServe reports and the Nodes
 /// and PVCs a hit needs (tests/fixtures/kserve/localmodelcache-status.yaml).
 fn kserve_caches(corpus: &Path) -> CacheIndex {
-    let (index, skipped) = CacheIndex::load_files(&[
+    let (index, skipped) = modelgate::cache::load_files(&[
         corpus.join("kserve/localmodelcache_readme_objects.yaml"),
         fixture_path("kserve/localmodelcache-status.yaml"),
     ])
@@ -86,91 +86,17 @@ fn pin() -> Value {
 }
 
 /// One endpoint's answer, decoded from the bytes the API server would get.
-#[derive(Debug, Clone)]
-struct Answer {
-    http: u16,
-    body: Value,
-    allowed: bool,
-    /// The decoded JSON Patch, when the response carries one.
-    ops: Option<Vec<Value>>,
-    warnings: Vec<String>,
-    message: String,
-}
-
 fn call(webhook: Webhook, review: &Value, ctx: &Context) -> Answer {
-    let bytes = serde_json::to_vec(review).unwrap();
-    let out = admission::review(webhook, &bytes, ctx);
-    let body: Value = serde_json::from_slice(&out.body)
-        .unwrap_or_else(|e| panic!("response body is not JSON ({e}): {:?}", out.body));
-    if out.http_status != 200 {
-        return Answer {
-            http: out.http_status,
-            allowed: false,
-            ops: None,
-            warnings: vec![],
-            message: body["message"].as_str().unwrap_or("").to_string(),
-            body,
-        };
-    }
-    // SPEC.md §7: answered in kind, uid echoed, base64 patch only when there are operations.
-    assert_eq!(body["apiVersion"], review["apiVersion"], "answered in kind");
-    assert_eq!(body["kind"], "AdmissionReview");
-    let resp = &body["response"];
-    assert_eq!(resp["uid"], review["request"]["uid"], "uid echoed");
-    let allowed = resp["allowed"]
-        .as_bool()
-        .expect("response.allowed is a bool");
-    let ops = resp.get("patch").map(|p| {
-        let b64 = p.as_str().expect("the patch is a base64 string");
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .expect("the patch is valid base64");
-        let ops: Vec<Value> = serde_json::from_slice(&raw).expect("the patch is a JSON array");
-        assert!(!ops.is_empty(), "a patch is only sent with operations");
-        assert_eq!(resp["patchType"], "JSONPatch");
-        ops
-    });
-    if ops.is_none() {
-        assert!(
-            resp.get("patchType").is_none(),
-            "patchType only with a patch"
-        );
-    }
-    let warnings: Vec<String> = resp["warnings"]
-        .as_array()
-        .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default();
-    for w in &warnings {
-        assert!(
-            w.len() <= modelgate::policy::MAX_WARNING_LEN,
-            "warning longer than the API server passes whole: {w}"
-        );
-    }
-    let message = resp["status"]["message"].as_str().unwrap_or("").to_string();
-    if !allowed {
-        assert!(!message.is_empty(), "a denial says why");
-    }
-    Answer {
-        http: 200,
-        allowed,
-        ops,
-        warnings,
-        message,
-        body,
-    }
+    testing::review(webhook, review, ctx)
 }
 
 fn apply(object: &Value, ops: &[Value]) -> Value {
-    let patch: json_patch::Patch =
-        serde_json::from_value(Value::Array(ops.to_vec())).expect("the patch is RFC 6902");
-    let mut out = object.clone();
-    json_patch::patch(&mut out, &patch).unwrap_or_else(|e| {
+    testing::apply(object, ops).unwrap_or_else(|e| {
         panic!(
             "the patch does not apply: {e}\npatch: {}\nobject: {object}",
             Value::Array(ops.to_vec())
         )
-    });
-    out
+    })
 }
 
 fn with_object(review: &Value, object: Value) -> Value {
@@ -1274,7 +1200,7 @@ fn gpu_terms() -> Value {
 #[test]
 fn kserve_shared_pvc_sample_resolves_to_the_pvc_ref_without_pinning_nodes() {
     let (index, _) =
-        CacheIndex::load_files(&[fixture_path("kserve/shared-pvc-status.yaml")]).unwrap();
+        modelgate::cache::load_files(&[fixture_path("kserve/shared-pvc-status.yaml")]).unwrap();
     let cfg = config();
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -1362,7 +1288,7 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
     let Some(corpus) = corpus_dir() else { return };
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/namespace-caches.yaml");
-    let (index, _) = CacheIndex::load_files(&[
+    let (index, _) = modelgate::cache::load_files(&[
         corpus.join("kserve/localmodelcache_readme_objects.yaml"),
         fixture_path("kserve/localmodelcache-status.yaml"),
         fixture,

@@ -22,11 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
-use modelgate::admission::{self, Context, Webhook};
+use modelgate::admission::Webhook;
 use modelgate::cache::{CacheEntry, CacheIndex, CacheScope, PvcPhase, PvcState};
 use modelgate::config::{IdSetting, PolicyConfig, PrepMode};
-use modelgate::policy::Caches;
+use modelgate_core::testing::{self, Answer, apply};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use serde_json::{Map, Value, json};
@@ -775,58 +774,10 @@ fn owned(path: &str, managed: bool) -> bool {
 // Running the pipeline
 // ---------------------------------------------------------------------------------------------
 
-struct Answer {
-    allowed: bool,
-    ops: Option<Vec<Value>>,
-    message: String,
-    warnings: Vec<String>,
-}
-
 fn call(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheIndex) -> Answer {
-    let ctx = Context {
-        config: cfg,
-        caches: Caches::Ready(index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-    };
-    let out = admission::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
-    assert_eq!(
-        out.http_status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&out.body)
-    );
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let r = &body["response"];
-    assert_eq!(r["uid"], review["request"]["uid"]);
-    let ops = r.get("patch").map(|p| {
-        assert_eq!(r["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(p.as_str().expect("base64 string"))
-            .expect("valid base64");
-        let ops: Vec<Value> = serde_json::from_slice(&bytes).expect("a JSON array");
-        assert!(!ops.is_empty());
-        ops
-    });
-    if webhook == Webhook::Validate {
-        assert!(ops.is_none(), "/validate never patches");
-    }
-    Answer {
-        allowed: r["allowed"].as_bool().unwrap(),
-        ops,
-        message: r["status"]["message"].as_str().unwrap_or("").to_string(),
-        warnings: r["warnings"]
-            .as_array()
-            .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
-            .unwrap_or_default(),
-    }
-}
-
-fn apply(object: &Value, ops: &[Value]) -> Result<Value, String> {
-    let patch: json_patch::Patch =
-        serde_json::from_value(Value::Array(ops.to_vec())).map_err(|e| e.to_string())?;
-    let mut out = object.clone();
-    json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
-    Ok(out)
+    let answer = testing::review(webhook, review, &testing::context(cfg, index));
+    assert_eq!(answer.http, 200, "{}", answer.body);
+    answer
 }
 
 fn with_object(review: &Value, object: &Value) -> Value {

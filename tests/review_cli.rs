@@ -414,6 +414,24 @@ fn patched_json_output_is_one_object_per_line() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn the_own_namespace_from_pod_namespace_is_exempt_unless_the_flag_names_others() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: c, image: x, securityContext: {runAsUser: 0}}\n";
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec!["review", "-n", "modelgate-system"];
+        all.extend_from_slice(args);
+        all.push("-");
+        modelgate_env(&all, env, Some(pod))
+    };
+    let own = [("POD_NAMESPACE", "modelgate-system")];
+    let exempt = run(&[], &own);
+    assert_exit(&exempt, 0);
+    assert!(exempt.stdout.contains("allowed"), "{}", exempt.stdout);
+    // Elsewhere the same pod is denied; so it is here when --exempt-namespace replaces the default.
+    assert_exit(&run(&[], &[("POD_NAMESPACE", "other")]), 1);
+    assert_exit(&run(&["--exempt-namespace", "team-x"], &own), 1);
+}
+
+#[test]
 fn stdin_dash_and_no_argument_read_standard_input() {
     let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"piped"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
     for args in [vec!["review", "-"], vec!["review"]] {

@@ -9,11 +9,10 @@ mod common;
 
 use std::time::Duration;
 
-use base64::Engine as _;
-use modelgate::admission::{self, Context, Webhook};
+use modelgate::admission::Webhook;
 use modelgate::cache::{CacheEntry, CacheIndex, CacheScope, PvcPhase, PvcState};
 use modelgate::config::PolicyConfig;
-use modelgate::policy::Caches;
+use modelgate_core::testing;
 use serde_json::{Value, json};
 
 fn config() -> PolicyConfig {
@@ -78,24 +77,10 @@ fn review(kind: &str, operation: &str, sub: Option<&str>, ns: &str, object: &Val
 /// One webhook: allowed, message, and the object with the patch applied.
 fn call(webhook: Webhook, review: &Value, index: &CacheIndex) -> (bool, String, Value) {
     let cfg = config();
-    let ctx = Context {
-        config: &cfg,
-        caches: Caches::Ready(index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-    };
-    let out = admission::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
-    assert_eq!(out.http_status, 200);
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let r = &body["response"];
-    let mut object = review["request"]["object"].clone();
-    if let Some(p) = r["patch"].as_str() {
-        assert_eq!(webhook, Webhook::Mutate);
-        let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-        json_patch::patch(&mut object, &patch).expect("the patch applies");
-    }
-    let message = r["status"]["message"].as_str().unwrap_or("").to_string();
-    (r["allowed"].as_bool().unwrap(), message, object)
+    let answer = testing::review(webhook, review, &testing::context(&cfg, index));
+    assert_eq!(answer.http, 200, "{}", answer.body);
+    let object = answer.patched(&review["request"]["object"]);
+    (answer.allowed, answer.message, object)
 }
 
 #[derive(Debug)]

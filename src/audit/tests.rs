@@ -13,7 +13,7 @@ fn target(value: Value) -> Target {
 }
 
 fn with_ctx<T>(namespaces: &Namespaces, f: impl FnOnce(&Context) -> T) -> T {
-    let config = PolicyConfig::default().finalize();
+    let config = PolicyConfig::default().with_default_exemptions(None);
     let index = crate::cache::CacheIndex::new();
     let ctx = Context {
         config: &config,

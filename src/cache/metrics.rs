@@ -3,14 +3,15 @@
 //! | metric | labels | meaning |
 //! |---|---|---|
 //! | `modelgate_cache_objects` | `kind` | objects in the published index, also `PersistentVolumeClaim` and `Node` |
-//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of SPEC.md §5 | model URI resolutions, counted by the index itself |
+//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of SPEC.md §5 | model URI resolutions, counted per `/mutate` admission that resolved one |
 //! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
 //! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
 //!
-//! Lookups are counted inside [`CacheIndex::lookup`](super::CacheIndex::lookup) through the
-//! [`LookupCounters`] the cache source attaches to every index it publishes, so the server has
-//! nothing to call per admission. A miss decided before a lookup (`opted-out`, `kserve-managed`,
-//! `not-synced`) is counted through the same handles ([`CacheIndex::record_miss`]).
+//! Lookups are counted where their answer is used: the admission's summary says how its model
+//! URI was resolved ([`Resolved`]), and the server's metrics count it through the
+//! [`LookupCounters`] resolved here once. A miss decided before a lookup (`opted-out`,
+//! `kserve-managed`, `not-synced`) is counted alike. The index itself counts nothing, so the
+//! offline commands and the validator's replay of a mutation are not counted.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,7 +21,7 @@ use prometheus_client::registry::Registry;
 
 use super::CacheIndex;
 use super::cluster::Kind;
-use super::index::{CacheScope, MissReason};
+use super::{MissReason, Resolved};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
@@ -43,15 +44,13 @@ pub struct LookupCounters {
 }
 
 impl LookupCounters {
-    pub fn record_hit(&self, scope: &CacheScope) {
-        match scope {
-            CacheScope::Namespace(_) => self.namespace.inc(),
-            CacheScope::Cluster => self.cluster.inc(),
+    /// Counts one resolution of a model URI.
+    pub fn record(&self, resolved: Resolved) {
+        match resolved {
+            Resolved::Namespace => self.namespace.inc(),
+            Resolved::Cluster => self.cluster.inc(),
+            Resolved::Miss(reason) => self.misses[reason as usize].inc(),
         };
-    }
-
-    pub fn record_miss(&self, reason: MissReason) {
-        self.misses[reason as usize].inc();
     }
 }
 
@@ -116,7 +115,7 @@ impl CacheMetrics {
         );
     }
 
-    /// The handles [`CacheIndex::count_lookups`] takes.
+    /// The handles that count `modelgate_cache_lookups_total` (the server's metrics keep them).
     pub fn lookup_counters(&self) -> LookupCounters {
         let get = |result, reason| {
             self.lookups
@@ -164,7 +163,7 @@ mod tests {
     use crate::cache::{CacheEntry, CacheScope};
 
     #[test]
-    fn exposes_every_series_and_counts_lookups_in_the_index() {
+    fn exposes_every_series_and_counts_each_resolution() {
         let metrics = CacheMetrics::new();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
@@ -186,11 +185,15 @@ mod tests {
             deleting: false,
         };
         index.upsert_pvc("team-a", "mine-workers", bound);
-        index.count_lookups(metrics.lookup_counters());
+        let counters = metrics.lookup_counters();
         metrics.set_objects(&index);
         metrics.set_synced(Kind::Cache, true);
         metrics.watch_restarted(Kind::NodeGroup);
-        let lookup = |ns, uri| index.lookup(&crate::cache::LookupRequest::new(ns, uri));
+        let lookup = |ns, uri| {
+            let answer = index.lookup(&crate::cache::LookupRequest::new(ns, uri));
+            counters.record(answer.resolved());
+            answer
+        };
         assert!(lookup("team-a", "hf://org/m").hit().is_some());
         assert_eq!(
             lookup("team-b", "hf://org/m").reason(),
@@ -200,7 +203,7 @@ mod tests {
             lookup("team-b", "hf://org/n").reason(),
             Some(MissReason::NoMatch)
         );
-        index.record_miss(MissReason::NotSynced);
+        counters.record(Resolved::Miss(MissReason::NotSynced));
 
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

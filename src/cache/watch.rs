@@ -4,9 +4,10 @@
 //! One task per kind runs a kube-runtime [`watcher`] (list, then watch from the list's
 //! resourceVersion, cluster-wide; [`metadata_watcher`] for the kinds read by metadata only, see
 //! [`Kind::reading`]) and keeps that kind's converted objects. Every kind goes through the same
-//! path ([`watch_kind`]): adding one is a [`Kind`] variant, its conversion, and nothing here. A
-//! publisher task rebuilds the whole index from every kind plus the static `--caches` objects and publishes
-//! it to the [`CacheStore`], at most once per debounce interval however many events arrive. An
+//! path ([`watch_kind`], with the event rules of [`super::reflect`]): adding one is a [`Kind`]
+//! variant, its conversion, and nothing here. A publisher task rebuilds the whole index from
+//! every kind plus the static `--caches` objects and publishes it to the [`CacheStore`], at
+//! most once per debounce interval however many events arrive. An
 //! admission only loads the published `Arc`: it never waits for the watch and never calls the
 //! API server.
 //!
@@ -41,10 +42,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::cluster::{
-    ClusterCacheError, Converted, Kind, KindObjects, Reading, build_index, convert, describe,
-    from_metadata, is_not_found, object_key,
-};
+use super::cluster::{Converted, Kind, KindObjects, Reading, build_index};
+use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
+use super::reflect::{Applied, KindWriter};
 use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
 
@@ -98,7 +98,7 @@ impl ClusterCacheArgs {
 
 /// A Kubernetes-style duration (`30s`, `500ms`, `2m`, `1m30s`), at most 24 hours.
 pub fn parse_sync_timeout(s: &str) -> Result<Duration, String> {
-    let d = crate::config::parse_duration(s)?;
+    let d = crate::server::deadline::parse_duration(s)?;
     if d > Duration::from_secs(24 * 3600) {
         return Err(format!("`{s}` is longer than 24h"));
     }
@@ -115,8 +115,7 @@ pub struct CacheSource {
 
 impl CacheSource {
     /// Static caches only: synced and ready from the start.
-    pub fn fixed(mut index: CacheIndex, metrics: CacheMetrics) -> Self {
-        index.count_lookups(metrics.lookup_counters());
+    pub fn fixed(index: CacheIndex, metrics: CacheMetrics) -> Self {
         metrics.set_objects(&index);
         for kind in Kind::ALL {
             metrics.set_synced(kind, true);
@@ -269,8 +268,7 @@ impl CacheWatch {
         metrics: CacheMetrics,
         config: CacheWatchConfig,
     ) -> Self {
-        let mut initial = static_index.clone();
-        initial.count_lookups(metrics.lookup_counters());
+        let initial = static_index.clone();
         metrics.set_objects(&initial);
         for kind in Kind::ALL {
             metrics.set_synced(kind, false);
@@ -365,16 +363,15 @@ async fn publish(
             .iter()
             .flat_map(|k| k.objects().values().cloned().collect::<Vec<_>>())
             .collect();
-        let (statics, counters) = (static_index.clone(), metrics.lookup_counters());
+        let statics = static_index.clone();
         let (target, gauges, counted) = (store.clone(), metrics.clone(), shared.clone());
         let started = tokio::time::Instant::now();
         // Built and published on a blocking thread, which also drops the previous index (unless
         // an admission still reads it) and hands the freed pages back: without that, every
         // rebuild at 100 000 objects leaves ~50 MiB of freed pages resident.
         let published = tokio::task::spawn_blocking(move || {
-            let mut index = build_index(&statics, snapshot.iter().map(|c| &**c));
+            let index = build_index(&statics, snapshot.iter().map(|c| &**c));
             drop(snapshot);
-            index.count_lookups(counters);
             gauges.set_objects(&index);
             let counts = index.counts();
             target.publish(index);
@@ -417,7 +414,7 @@ fn kind_stream(
     config: watcher::Config,
 ) -> futures::stream::BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
     match kind.reading() {
-        Reading::Whole => watcher(kind.api(client), config).boxed(),
+        Reading::Whole => watcher(api(kind, client), config).boxed(),
         // An Api of PartialObjectMeta makes metadata-only requests.
         Reading::Metadata => watcher(
             kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &kind.api_resource()),
@@ -458,63 +455,29 @@ async fn watch_kind(
     let mut listed = false;
     loop {
         let mut stream = kind_stream(kind, client.clone(), wc.clone());
-        // Objects of a list in progress; they replace the kind's objects once it completes.
-        let mut listing: Option<KindObjects> = None;
+        let mut writer = KindWriter::new(kind);
         while let Some(item) = stream.next().await {
             let changed = match item {
-                Ok(Event::Init) => {
-                    listing = Some(KindObjects::new());
-                    false
-                }
-                Ok(Event::InitApply(obj)) => {
-                    let key = object_key(&obj);
-                    match convert(kind, obj) {
-                        Ok(c) => {
-                            let key = c.shared_key().unwrap_or(key);
-                            listing.get_or_insert_default().insert(key, Arc::new(c));
+                Ok(event) => match writer.apply(event, &state.objects) {
+                    Applied::Nothing => false,
+                    Applied::Changed => true,
+                    Applied::Listed(n) => {
+                        if crd_missing {
+                            info!("{kind}: the CRD is installed now; {n} objects listed");
+                            crd_missing = false;
+                        } else if !listed {
+                            info!("{kind}: {n} objects listed");
+                        } else {
+                            info!("{kind}: relisted, {n} objects");
                         }
-                        Err(why) => warn!("{} skipped: {why}", describe(kind, &key)),
+                        listed = true;
+                        mark_synced(kind, state, &metrics);
+                        true
                     }
-                    false
-                }
-                Ok(Event::InitDone) => {
-                    let objects = listing.take().unwrap_or_default();
-                    let n = objects.len();
-                    *state.objects() = objects;
-                    if crd_missing {
-                        info!("{kind}: the CRD is installed now; {n} objects listed");
-                        crd_missing = false;
-                    } else if !listed {
-                        info!("{kind}: {n} objects listed");
-                    } else {
-                        info!("{kind}: relisted, {n} objects");
-                    }
-                    listed = true;
-                    mark_synced(kind, state, &metrics);
-                    true
-                }
-                Ok(Event::Apply(obj)) => {
-                    let key = object_key(&obj);
-                    let converted = convert(kind, obj);
-                    let mut objects = state.objects();
-                    match converted {
-                        Ok(c) => {
-                            objects.insert(c.shared_key().unwrap_or(key), Arc::new(c));
-                        }
-                        Err(why) => {
-                            warn!("{} ignored: {why}", describe(kind, &key));
-                            objects.remove(&key);
-                        }
-                    }
-                    true
-                }
-                Ok(Event::Delete(obj)) => {
-                    state.objects().remove(&object_key(&obj));
-                    true
-                }
+                },
                 Err(e) => {
                     metrics.watch_restarted(kind);
-                    listing = None;
+                    writer.reset();
                     match &e {
                         watcher::Error::InitialListFailed(err)
                             if kind.is_custom() && is_not_found(err) =>
@@ -617,22 +580,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn static_source_is_ready_and_counts_lookups() {
+    async fn static_source_is_ready_and_synced() {
         let metrics = CacheMetrics::new();
         let source = CacheSource::fixed(CacheIndex::new(), metrics.clone());
         assert!(source.readiness.is_ready());
         assert!(source.store.is_synced());
-        let view = source.store.view();
-        let lookup = view
-            .index
-            .lookup(&crate::cache::LookupRequest::new("a", "hf://m"));
-        assert_eq!(lookup.reason(), Some(crate::cache::MissReason::NoMatch));
         let mut registry = prometheus_client::registry::Registry::default();
         metrics.register(&mut registry);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
-            text.contains(r#"modelgate_cache_lookups_total{result="miss",reason="no-match"} 1"#)
+            text.contains(r#"modelgate_cache_lookups_total{result="miss",reason="no-match"} 0"#)
         );
         assert!(text.contains(r#"modelgate_cache_synced{kind="LocalModelCache"} 1"#));
     }

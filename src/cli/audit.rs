@@ -16,7 +16,8 @@ use serde_json::Value;
 use super::{CacheFiles, EXIT_USAGE, LoadedFiles, junit};
 use crate::admission::Context;
 use crate::audit::{self, Extracted, Report, cluster};
-use crate::cache::cluster as cache_cluster;
+use crate::cache::list as cache_list;
+use crate::cli::policy::PolicyArgs;
 use crate::config::PolicyConfig;
 use crate::documents::for_each_document;
 use crate::namespaces::{Mode, NamespaceLabels, Namespaces, is_namespace};
@@ -72,7 +73,7 @@ pub struct AuditArgs {
     pub output: AuditOutput,
 
     #[command(flatten)]
-    pub policy: PolicyConfig,
+    pub policy: PolicyArgs,
 }
 
 pub fn run(args: AuditArgs) -> ExitCode {
@@ -91,7 +92,7 @@ pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     if args.from_cluster && !args.inputs.is_empty() {
         bail!("give files to audit or --from-cluster, not both");
     }
-    let mut config = args.policy.clone().finalize();
+    let mut config = args.policy.clone().into_config();
     // "What would change if I enforce?": enforce everywhere, whatever the namespaces' labels.
     config.default_mode = Mode::Enforce;
     let LoadedFiles {
@@ -239,7 +240,7 @@ fn audit_files(
             Ok::<_, anyhow::Error>(())
         })?;
     }
-    namespaces.insert_documents(&namespace_docs)?;
+    crate::namespaces::insert_documents(&mut namespaces, &namespace_docs)?;
     let namespaces = namespaces.without_modes();
     let mut auditor = Auditor {
         ctx: Context {
@@ -308,7 +309,7 @@ fn audit_cluster(
             .map_err(cluster::ListError::Client)?;
         let mut notes = Vec::new();
         // The model caches, as `serve` would see them, so that routing is judged as enforce's.
-        let listed = cache_cluster::list_once(client.clone(), &index).await?;
+        let listed = cache_list::list_once(client.clone(), &index).await?;
         notes.extend(listed.notes.iter().map(|n| format!("caches: {n}")));
         match cluster::list_namespaces(&client, args.page_size).await {
             Ok(list) => {

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod certs;
 pub mod junit;
+pub mod policy;
 pub mod review;
 pub mod serve;
 
@@ -79,8 +80,8 @@ impl CacheFiles {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("{}: cannot read", p.display()))?;
             let docs = read_documents(&p.display().to_string(), &text)?;
-            namespaces.insert_documents(&docs)?;
-            let not_caches = index.insert_documents(&docs)?;
+            crate::namespaces::insert_documents(&mut namespaces, &docs)?;
+            let not_caches = crate::cache::insert_documents(&mut index, &docs)?;
             skipped.extend(
                 not_caches
                     .into_iter()

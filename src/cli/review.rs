@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::{CacheFiles, EXIT_USAGE, junit};
 use crate::admission::{self, Context, Decision, Request, Webhook};
-use crate::cache::cluster;
-use crate::config::PolicyConfig;
+use crate::cache::list;
+use crate::cli::policy::PolicyArgs;
 use crate::documents::{Document, read_documents};
 use crate::policy::Caches;
 use crate::policy::model_cache::{MODEL_CACHE, RESOLVED_URI};
@@ -80,7 +80,7 @@ pub struct ReviewArgs {
     pub output: Output,
 
     #[command(flatten)]
-    pub policy: PolicyConfig,
+    pub policy: PolicyArgs,
 }
 
 pub fn run(args: ReviewArgs) -> ExitCode {
@@ -106,7 +106,7 @@ pub struct Reviewed {
 /// Reads every input, reviews every document, writes the chosen output. `Ok(true)` when all
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
-    let config = args.policy.clone().finalize();
+    let config = args.policy.clone().into_config();
     let super::LoadedFiles {
         mut index,
         namespaces,
@@ -114,7 +114,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     } = args.caches.load()?;
     super::note_skipped(&skipped);
     if args.from_cluster {
-        let listed = cluster::list_once_blocking(&index)?;
+        let listed = list::list_once_blocking(&index)?;
         for note in &listed.notes {
             eprintln!("note: --from-cluster: {note}");
         }

@@ -13,10 +13,11 @@ use clap::{Args, ValueEnum};
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
 use crate::cache::{CacheMetrics, ClusterCacheArgs};
-use crate::config::PolicyConfig;
+use crate::cli::policy::PolicyArgs;
 use crate::namespaces::NamespaceStore;
 use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
 use crate::server::deadline::parse_duration;
+use crate::server::log_writer;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
 use crate::server::tls::TlsFiles;
@@ -110,7 +111,7 @@ pub struct ServeArgs {
     pub cluster: ClusterCacheArgs,
 
     #[command(flatten)]
-    pub policy: PolicyConfig,
+    pub policy: PolicyArgs,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -127,7 +128,7 @@ enum StartError {
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
-    init_logging(args.log_format);
+    let log = init_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -138,7 +139,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    let result = runtime.block_on(serve(args));
+    // Every buffered line reaches stderr before a final message; later lines go straight out.
+    drop(log);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(StartError::Usage(e)) => {
             eprintln!("error: {e:#}");
@@ -219,6 +223,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let mut metrics = Metrics::new();
     let cache_metrics = CacheMetrics::new();
     cache_metrics.register(metrics.registry_mut());
+    metrics.count_cache_lookups(cache_metrics.lookup_counters());
     let no_cluster = args.cluster.no_cluster || args.dev;
     if args.dev && !args.cluster.no_cluster {
         tracing::info!("--dev: not watching the cluster's caches (as with --no-cluster)");
@@ -258,7 +263,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
         limits: args.limits.clone(),
-        config: args.policy.clone().finalize(),
+        config: args.policy.clone().into_config(),
         store: caches.store.clone(),
         namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),
@@ -374,12 +379,15 @@ pub fn curl_command(ca: &Path, sample: &Path, addr: SocketAddr) -> String {
     )
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr through [`log_writer`]: one line per admission costs a copy on the request
+/// path, not a `write(2)`. Keep the guard until the end: it writes what is still buffered.
+fn init_logging(format: LogFormat) -> log_writer::FlushGuard<std::io::Stderr> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = log_writer::stderr();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match format {
         LogFormat::Text => builder.try_init(),
@@ -392,6 +400,7 @@ fn init_logging(format: LogFormat) {
     if let Err(e) = result {
         eprintln!("warning: logging not initialised: {e}");
     }
+    guard
 }
 
 #[cfg(test)]

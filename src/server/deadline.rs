@@ -13,8 +13,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_MARGIN: Duration = Duration::from_secs(1);
 
-pub use crate::config::parse_duration;
-
 /// The time one request may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
@@ -46,6 +44,49 @@ impl Budget {
             .unwrap_or(DEFAULT_TIMEOUT);
         Budget::new(timeout)
     }
+}
+
+/// Parses a Go duration (`10s`, `1m30s`, `500ms`, `1.5s`, `0`): a sequence of decimal
+/// numbers, each with a unit among `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`. No sign.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("`{s}` is not a duration such as 15s, 500ms or 1m30s");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        let (number, tail) = rest.split_at(num_len);
+        if number.is_empty() || number == "." {
+            return Err(err());
+        }
+        let value: f64 = number.parse().map_err(|_| err())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds_per_unit = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        total = Duration::try_from_secs_f64(value * seconds_per_unit)
+            .ok()
+            .and_then(|d| total.checked_add(d))
+            .ok_or_else(err)?;
+        rest = tail;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

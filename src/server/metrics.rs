@@ -16,6 +16,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::admission::{Summary, Webhook};
+use crate::cache::metrics::LookupCounters;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -69,6 +70,9 @@ pub struct Metrics {
     inflight: Gauge,
     connections_dropped: Family<ReasonLabels, Counter>,
     open_connections: Gauge,
+    /// `modelgate_cache_lookups_total`, registered by the cache metrics, counted here from each
+    /// admission's summary.
+    cache_lookups: Option<LookupCounters>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -173,6 +177,7 @@ impl Metrics {
             inflight,
             connections_dropped,
             open_connections,
+            cache_lookups: None,
         }
     }
 
@@ -199,6 +204,9 @@ impl Metrics {
                     result: result.as_str(),
                 })
                 .inc();
+        }
+        if let (Some(counters), Some(resolved)) = (&self.cache_lookups, summary.model_cache) {
+            counters.record(resolved);
         }
         if let Some(reason) = summary.error {
             self.error(reason);
@@ -263,6 +271,12 @@ impl Metrics {
         &mut self.registry
     }
 
+    /// Counts each admission's model URI resolution in `counters`
+    /// ([`CacheMetrics::lookup_counters`](crate::cache::CacheMetrics::lookup_counters)).
+    pub fn count_cache_lookups(&mut self, counters: LookupCounters) {
+        self.cache_lookups = Some(counters);
+    }
+
     /// The exposition text (OpenMetrics).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
@@ -285,6 +299,41 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_admission_counts_its_model_resolution_once() {
+        use crate::cache::{CacheMetrics, MissReason, Resolved};
+        let mut m = Metrics::new();
+        let cache = CacheMetrics::new();
+        cache.register(m.registry_mut());
+        m.count_cache_lookups(cache.lookup_counters());
+        let resolved = |r| Summary {
+            kind: "Pod".into(),
+            model_cache: r,
+            ..Default::default()
+        };
+        m.admission(Webhook::Mutate, &resolved(Some(Resolved::Namespace)), 0.001);
+        m.admission(
+            Webhook::Mutate,
+            &resolved(Some(Resolved::Miss(MissReason::PvcMissing))),
+            0.001,
+        );
+        m.admission(
+            Webhook::Mutate,
+            &resolved(Some(Resolved::Miss(MissReason::PvcMissing))),
+            0.001,
+        );
+        m.admission(Webhook::Validate, &resolved(None), 0.001);
+        let text = m.encode().unwrap();
+        for line in [
+            r#"modelgate_cache_lookups_total{result="namespace",reason="none"} 1"#,
+            r#"modelgate_cache_lookups_total{result="cluster",reason="none"} 0"#,
+            r#"modelgate_cache_lookups_total{result="miss",reason="pvc-missing"} 2"#,
+            r#"modelgate_cache_lookups_total{result="miss",reason="no-match"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
 
     #[test]
     fn exposition_names_and_labels() {

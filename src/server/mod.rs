@@ -16,6 +16,7 @@
 
 pub mod deadline;
 pub mod limits;
+pub mod log_writer;
 pub mod metrics;
 pub mod process_metrics;
 pub mod shutdown;
@@ -792,7 +793,19 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let outcome = admission::review(webhook, &body, &ctx);
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.admission(webhook, &outcome.summary, seconds);
-    let s = &outcome.summary;
+    log_admission(webhook, &outcome.summary, outcome.http_status, seconds);
+    tracing::trace!(response = %String::from_utf8_lossy(&outcome.body), "admission response");
+    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(outcome.body),
+    )
+        .into_response()
+}
+
+/// The one `info` line per admission.
+pub fn log_admission(webhook: Webhook, s: &admission::Summary, http_status: u16, seconds: f64) {
     tracing::info!(
         webhook = webhook.as_str(),
         uid = %Escaped(&s.uid),
@@ -803,17 +816,9 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
         dry_run = s.dry_run,
         allowed = s.allowed,
         patch_operations = s.patch_operations,
-        status = outcome.http_status,
+        status = http_status,
         error = s.error,
         latency_ms = seconds * 1e3,
         "admission"
     );
-    tracing::trace!(response = %String::from_utf8_lossy(&outcome.body), "admission response");
-    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from(outcome.body),
-    )
-        .into_response()
 }

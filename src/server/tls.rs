@@ -249,10 +249,6 @@ impl TlsReloader {
         }
     }
 
-    pub fn files(&self) -> &TlsFiles {
-        &self.files
-    }
-
     /// The configuration for a new connection; `None` until a pair has loaded.
     pub fn current(&self) -> Option<Arc<ServerConfig>> {
         self.current.load_full()

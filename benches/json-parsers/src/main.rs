@@ -15,7 +15,7 @@ use serde::Deserialize;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[allow(dead_code)]
-#[path = "../../../src/policy/view.rs"]
+#[path = "../../../crates/modelgate-core/src/policy/view.rs"]
 mod view;
 
 use view::{ContainerView, PodOf};

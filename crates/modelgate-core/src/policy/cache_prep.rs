@@ -12,10 +12,10 @@ use super::workload::Workload;
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 
 /// Per-pod override of `--cache-volume`.
-pub const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
+pub(super) const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
 
 /// The name of the pod's writable model cache volume.
-pub fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> &'a str {
+pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> &'a str {
     w.annotation(CACHE_VOLUME_ANNOTATION)
         .unwrap_or(cfg.cache_volume.as_str())
 }
@@ -45,7 +45,7 @@ fn is_writable_storage(v: &VolumeView) -> bool {
 }
 
 /// Whether the pod has the cache volume, backed by writable storage ("mounts the model cache").
-pub fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
+pub(super) fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
     let name = cache_volume_name(w, cfg);
     w.spec
         .volumes()
@@ -55,7 +55,7 @@ pub fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
 
 /// `--model-cache-prep` as it applies to this pod: `never` in a namespace that enforces Pod
 /// Security `restricted`, where the API server would refuse the root prep container (§9).
-pub fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
+pub(super) fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
     if w.restricted_namespace {
         PrepMode::Never
     } else {
@@ -64,7 +64,7 @@ pub fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
 }
 
 /// Whether the prep is withheld only because the namespace enforces Pod Security `restricted`.
-pub fn withheld_by_pod_security(w: &Workload, cfg: &PolicyConfig) -> bool {
+pub(super) fn withheld_by_pod_security(w: &Workload, cfg: &PolicyConfig) -> bool {
     w.restricted_namespace
         && cfg.model_cache_prep == PrepMode::Always
         && !w.is_windows()
@@ -72,7 +72,7 @@ pub fn withheld_by_pod_security(w: &Workload, cfg: &PolicyConfig) -> bool {
 }
 
 /// The warning a pod gets when its prep is withheld in a `restricted` namespace.
-pub fn withheld_warning(w: &Workload) -> String {
+pub(super) fn withheld_warning(w: &Workload) -> String {
     format!(
         "namespace {} enforces Pod Security restricted, which refuses the root {PREP_CONTAINER}: \
          not injected; the pod is treated as under --model-cache-prep=never",
@@ -81,12 +81,12 @@ pub fn withheld_warning(w: &Workload) -> String {
 }
 
 /// Whether modelgate injects (and so owns) the prep container for this pod.
-pub fn is_managed(w: &Workload, cfg: &PolicyConfig) -> bool {
+pub(super) fn is_managed(w: &Workload, cfg: &PolicyConfig) -> bool {
     prep_mode(w, cfg) == PrepMode::Always && !w.is_windows() && has_writable_cache(w, cfg)
 }
 
 /// The fsGroup to give a pod that mounts the cache and has none (`--default-fsgroup` > 0).
-pub fn fs_group_to_set(w: &Workload, cfg: &PolicyConfig) -> Option<i64> {
+pub(super) fn fs_group_to_set(w: &Workload, cfg: &PolicyConfig) -> Option<i64> {
     let applies = !w.is_windows()
         && w.pod_fs_group().is_none()
         && cfg.default_fsgroup > 0
@@ -95,7 +95,7 @@ pub fn fs_group_to_set(w: &Workload, cfg: &PolicyConfig) -> Option<i64> {
 }
 
 /// The shell command of the prep container (the table of SPEC.md §4).
-pub fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
+pub(super) fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
     match fs_group {
         Some(gid) if gid > 0 => format!("chown 0:{gid} {path} && chmod g+rwX {path}"),
         _ => format!("chown {uid}:0 {path} && chmod 770 {path}"),
@@ -104,7 +104,7 @@ pub fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
 
 /// The canonical prep container for a pod whose pod-level runAsUser and fsGroup (after mutation)
 /// are `pod_uid` and `fs_group`.
-pub fn canonical(
+pub(super) fn canonical(
     cfg: &PolicyConfig,
     volume: &str,
     pod_uid: Option<i64>,
@@ -162,7 +162,7 @@ const DEFAULTED: [&str; 3] = [
 /// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
 /// received: every field but the defaulted ones must be canonical, including fields this code's
 /// types do not know, so nothing can ride along with a root container.
-pub fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> bool {
+pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> bool {
     let Some(raw) = w.spec.init_containers().get(index).map(|c| c.raw) else {
         return false;
     };
@@ -177,7 +177,7 @@ pub fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> boo
 
 /// The canonical container for the pod as it stands (for validation), or `None` when modelgate
 /// does not manage a prep container for it (then any container of that name is refused).
-pub fn canonical_for(w: &Workload, cfg: &PolicyConfig) -> Option<Container> {
+pub(super) fn canonical_for(w: &Workload, cfg: &PolicyConfig) -> Option<Container> {
     is_managed(w, cfg).then(|| {
         canonical(
             cfg,
@@ -213,7 +213,6 @@ mod tests {
         let text = serde_json::json!({ "initContainers": [raw] }).to_string();
         let spec: crate::policy::view::PodSpecView = serde_json::from_str(&text).unwrap();
         let w = Workload {
-            kind: "Pod",
             namespace: "t",
             restricted_namespace: false,
             annotations: None,

@@ -10,7 +10,7 @@ use crate::patch::PatchBuilder;
 
 /// Pod-level `securityContext` fields this rule sets (each `None`/`false` when already right).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct PodIdentity {
+pub(super) struct PodIdentity {
     pub run_as_non_root: bool,
     pub run_as_user: Option<i64>,
     pub run_as_group: Option<i64>,
@@ -24,7 +24,7 @@ fn governed<'a>(w: &Workload<'a>, prep_managed: bool) -> impl Iterator<Item = Co
 }
 
 /// What the pod's own security context must gain.
-pub fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> PodIdentity {
+pub(super) fn pod_identity(w: &Workload, cfg: &PolicyConfig, prep_managed: bool) -> PodIdentity {
     let pod = w.pod_security();
     let run_as_non_root = pod.and_then(|p| p.run_as_non_root) != Some(true);
     if w.is_windows() {
@@ -68,7 +68,7 @@ fn run_as_non_root_changed(name: &str) -> String {
 }
 
 /// A container that says `runAsNonRoot: false` is switched to `true`, with a warning.
-pub fn container_fixes(
+pub(super) fn container_fixes(
     w: &Workload,
     prep_managed: bool,
     patch: &mut PatchBuilder,
@@ -88,7 +88,7 @@ pub fn container_fixes(
 
 /// An ephemeral container added to a running pod cannot change the pod's security context, so
 /// it gets its own: non-root always, and a uid/gid where neither it nor the pod has one.
-pub fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation) {
+pub(super) fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation) {
     let pod = w.pod_security();
     for c in w
         .containers()

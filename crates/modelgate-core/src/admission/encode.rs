@@ -52,7 +52,7 @@ fn reason(code: u16) -> &'static str {
 const RESPONSE_CAPACITY: usize = 4096;
 
 /// An AdmissionReview response for a decoded envelope.
-pub fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
+pub(super) fn response(envelope: &Envelope, decision: &Decision, summary: Summary) -> Outcome {
     Outcome {
         http_status: 200,
         body: write_review(envelope, decision).unwrap_or_default(),
@@ -124,7 +124,7 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
 }
 
 /// HTTP 400 with a Kubernetes `Status` body, for a body that is no AdmissionReview at all.
-pub fn bad_request(message: String, error: &'static str) -> Outcome {
+pub(super) fn bad_request(message: String, error: &'static str) -> Outcome {
     let body = StatusOut {
         api_version: Some("v1"),
         kind: Some("Status"),
@@ -171,7 +171,7 @@ mod tests {
             {"op": "add", "path": "/metadata/labels/a~1b", "value": "é\"x"}
         ]))
         .unwrap();
-        let mut builder = crate::patch::PatchBuilder::new();
+        let mut builder = crate::patch::PatchBuilder::default();
         builder.add(
             &crate::patch::FieldPath::root()
                 .keys(["metadata", "labels"])
@@ -209,7 +209,7 @@ mod tests {
         let decision = Decision {
             allowed: false,
             message: Some("no".into()),
-            patch: Some(crate::patch::PatchBuilder::new().into_patch()),
+            patch: Some(crate::patch::PatchBuilder::default().into_patch()),
             ..Default::default()
         };
         let value = written(&decision);

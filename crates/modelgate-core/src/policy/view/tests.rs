@@ -440,7 +440,7 @@ fn a_job_is_read_through_its_pod_template() {
 
 #[test]
 fn the_reference_reviews_decode() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/reviews");
     for name in [
         "one-container-pod",
         "llm-serving-pod",

@@ -1,12 +1,7 @@
-//! Policy configuration: the flags of SPEC.md §2, shared by `serve` and `review`.
+//! Policy configuration: the settings of SPEC.md §2, as plain values.
 //!
-//! Every flag is also an environment variable `MODELGATE_<NAME>`. Values are checked while the
-//! command line is parsed, so an invalid one stops the program with exit code 2 and a one-line
-//! error that names the flag and the accepted range, before anything else happens.
-
-use std::time::Duration;
-
-use clap::{Args, ValueEnum};
+//! The command line (the `modelgate` package's `PolicyArgs`) parses them with the checks below,
+//! so an invalid value stops the program before anything else happens.
 
 use crate::namespaces::Mode;
 
@@ -32,14 +27,14 @@ impl IdSetting {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrepMode {
     Always,
     Never,
 }
 
 /// Directory of a model under the cache PVC's `models/` (SPEC.md §5).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheLayout {
     /// `models/<first 16 hex digits of SHA-256 of sourceModelUri>`: KServe 0.18 and later.
     #[default]
@@ -48,65 +43,44 @@ pub enum CacheLayout {
     CacheName,
 }
 
-#[derive(Args, Clone, Debug)]
-#[command(next_help_heading = "Policy (SPEC.md §2)")]
+/// The policy's settings (SPEC.md §2).
+#[derive(Clone, Debug)]
 pub struct PolicyConfig {
     /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
-    #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", allow_negative_numbers = true,
-          value_parser = parse_uid_or_none)]
     pub run_as_user: IdSetting,
 
     /// gid set alongside runAsUser; `none` never sets one.
-    #[arg(long, env = "MODELGATE_RUN_AS_GROUP", default_value = "1000", allow_negative_numbers = true,
-          value_parser = parse_gid_or_none)]
     pub run_as_group: IdSetting,
 
     /// fsGroup given to a pod that mounts the model cache and has none; 0 or less never sets one.
-    #[arg(long = "default-fsgroup", env = "MODELGATE_DEFAULT_FSGROUP", default_value_t = 102,
-          allow_negative_numbers = true, value_parser = parse_fsgroup)]
     pub default_fsgroup: i64,
 
     /// Owner of the cache root when the pod has no pod-level runAsUser (1..2147483647).
-    #[arg(long, env = "MODELGATE_INIT_CONTAINER_USER", default_value_t = 101,
-          allow_negative_numbers = true, value_parser = parse_init_container_user)]
     pub init_container_user: i64,
 
     /// Inject the model-cache-prep init container, or never inject it.
-    #[arg(long, env = "MODELGATE_MODEL_CACHE_PREP", value_enum, default_value_t = PrepMode::Always)]
     pub model_cache_prep: PrepMode,
 
     /// Image of the prep container (needs sh, chown, chmod).
-    #[arg(long, env = "MODELGATE_INIT_IMAGE", default_value = "docker.io/curlimages/curl:8.18.0",
-          value_parser = non_empty)]
     pub init_image: String,
 
     /// The pod volume that is the writable model cache (per pod: annotation modelgate.io/cache-volume).
-    #[arg(long, env = "MODELGATE_CACHE_VOLUME", default_value = "model-cache", value_parser = non_empty)]
     pub cache_volume: String,
 
     /// Where the prep container mounts the cache volume's root.
-    #[arg(long, env = "MODELGATE_CACHE_MOUNT_PATH", default_value = "/models", value_parser = absolute_path)]
     pub cache_mount_path: String,
 
     /// Where a resolved node-local model is mounted read-only.
-    #[arg(long, env = "MODELGATE_MODEL_MOUNT_PATH", default_value = "/mnt/models", value_parser = absolute_path)]
     pub model_mount_path: String,
 
     /// Directory of a model under the cache PVC's models/: storage-key (KServe 0.18+) or
     /// cache-name (KServe 0.17 and older).
-    #[arg(long, env = "MODELGATE_CACHE_LAYOUT", value_enum, default_value_t = CacheLayout::StorageKey)]
     pub cache_layout: CacheLayout,
 
     /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
-    #[arg(
-        long = "exempt-namespace",
-        env = "MODELGATE_EXEMPT_NAMESPACE",
-        value_delimiter = ','
-    )]
     pub exempt_namespaces: Vec<String>,
 
     /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
-    #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = Mode::Enforce)]
     pub default_mode: Mode,
 }
 
@@ -130,74 +104,22 @@ impl Default for PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The exempt namespaces in force: the flag's values, or `kube-system` plus the namespace the
-    /// webhook runs in (from `POD_NAMESPACE`, as the manifests set it) when the flag is not given.
-    pub fn effective_exempt_namespaces(&self) -> Vec<String> {
-        if !self.exempt_namespaces.is_empty() {
-            return self.exempt_namespaces.clone();
+    /// The exempt namespaces in force: the flag's values, or, when the flag is not given,
+    /// `kube-system` plus `own_namespace`, the namespace the webhook runs in. Resolved once, so
+    /// the pipeline never asks again.
+    pub fn with_default_exemptions(mut self, own_namespace: Option<&str>) -> Self {
+        if self.exempt_namespaces.is_empty() {
+            self.exempt_namespaces.push("kube-system".to_string());
+            if let Some(own) = own_namespace.filter(|n| !n.is_empty() && *n != "kube-system") {
+                self.exempt_namespaces.push(own.to_string());
+            }
         }
-        let mut out = vec!["kube-system".to_string()];
-        if let Ok(own) = std::env::var("POD_NAMESPACE")
-            && !own.is_empty()
-            && own != "kube-system"
-        {
-            out.push(own);
-        }
-        out
-    }
-
-    /// Resolves the exempt namespace default once, so the pipeline never reads the environment.
-    pub fn finalize(mut self) -> Self {
-        self.exempt_namespaces = self.effective_exempt_namespaces();
         self
     }
 
     pub fn is_exempt(&self, namespace: &str) -> bool {
         self.exempt_namespaces.iter().any(|n| n == namespace)
     }
-}
-
-/// Parses a Go duration (`10s`, `1m30s`, `500ms`, `1.5s`, `0`): a sequence of decimal
-/// numbers, each with a unit among `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`. No sign.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("`{s}` is not a duration such as 15s, 500ms or 1m30s");
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = s;
-    let mut total = Duration::ZERO;
-    if rest.is_empty() {
-        return Err(err());
-    }
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        let (number, tail) = rest.split_at(num_len);
-        if number.is_empty() || number == "." {
-            return Err(err());
-        }
-        let value: f64 = number.parse().map_err(|_| err())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds_per_unit = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        total = Duration::try_from_secs_f64(value * seconds_per_unit)
-            .ok()
-            .and_then(|d| total.checked_add(d))
-            .ok_or_else(err)?;
-        rest = tail;
-    }
-    Ok(total)
 }
 
 fn parse_int(s: &str) -> Result<i64, String> {
@@ -215,7 +137,7 @@ fn in_range(s: &str, lo: i64) -> Result<i64, String> {
     }
 }
 
-fn parse_uid_or_none(s: &str) -> Result<IdSetting, String> {
+pub fn parse_uid_or_none(s: &str) -> Result<IdSetting, String> {
     if s == "none" {
         return Ok(IdSetting::None);
     }
@@ -224,7 +146,7 @@ fn parse_uid_or_none(s: &str) -> Result<IdSetting, String> {
         .map_err(|e| format!("{e} (or `none`)"))
 }
 
-fn parse_gid_or_none(s: &str) -> Result<IdSetting, String> {
+pub fn parse_gid_or_none(s: &str) -> Result<IdSetting, String> {
     if s == "none" {
         return Ok(IdSetting::None);
     }
@@ -233,7 +155,7 @@ fn parse_gid_or_none(s: &str) -> Result<IdSetting, String> {
         .map_err(|e| format!("{e} (or `none`)"))
 }
 
-fn parse_fsgroup(s: &str) -> Result<i64, String> {
+pub fn parse_fsgroup(s: &str) -> Result<i64, String> {
     let v = parse_int(s)?;
     if v > MAX_ID {
         return Err(format!(
@@ -248,7 +170,7 @@ pub fn parse_init_container_user(s: &str) -> Result<i64, String> {
     in_range(s, 1)
 }
 
-fn non_empty(s: &str) -> Result<String, String> {
+pub fn non_empty(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         Err("must not be empty".into())
     } else {
@@ -256,7 +178,7 @@ fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
-fn absolute_path(s: &str) -> Result<String, String> {
+pub fn absolute_path(s: &str) -> Result<String, String> {
     if !s.starts_with('/') || s.contains(['\n', '\'', '"', ';', '&', '|', '$', '`']) {
         Err(format!(
             "`{s}` must be an absolute path without shell metacharacters"
@@ -269,6 +191,23 @@ fn absolute_path(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_exemptions_are_kube_system_and_the_own_namespace_unless_the_flag_is_given() {
+        let exempt = |flag: &[&str], own: Option<&str>| {
+            PolicyConfig {
+                exempt_namespaces: flag.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            }
+            .with_default_exemptions(own)
+            .exempt_namespaces
+        };
+        assert_eq!(exempt(&[], None), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("")), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("kube-system")), ["kube-system"]);
+        assert_eq!(exempt(&[], Some("modelgate")), ["kube-system", "modelgate"]);
+        assert_eq!(exempt(&["team-x"], Some("modelgate")), ["team-x"]);
+    }
 
     #[test]
     fn init_container_user_range() {

@@ -1,6 +1,6 @@
 //! The cluster state as the cluster serves it: the watched kinds (KServe's three cache kinds,
-//! PersistentVolumeClaims, Nodes), their conversion into index entries, and a one-time list
-//! (`review --from-cluster`). The continuous watch is in [`super::watch`].
+//! PersistentVolumeClaims, Nodes) and their conversion into index entries. The one-time list
+//! and the continuous watch that read them are the `modelgate` package's.
 //!
 //! Objects are read as `DynamicObject`s and converted one by one, so a single object whose spec
 //! does not decode is skipped with a warning instead of failing the whole list of its kind.
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, PersistentVolumeClaim};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta};
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use serde::de::DeserializeOwned;
 
 use super::index::PvcState;
@@ -93,11 +93,6 @@ impl Kind {
     pub fn is_custom(self) -> bool {
         matches!(self, Kind::Cache | Kind::NamespaceCache | Kind::NodeGroup)
     }
-
-    /// The kind's objects in every namespace.
-    pub(crate) fn api(self, client: kube::Client) -> Api<DynamicObject> {
-        Api::all_with(client, &self.api_resource())
-    }
 }
 
 impl std::fmt::Display for Kind {
@@ -108,7 +103,7 @@ impl std::fmt::Display for Kind {
 
 /// One cluster object, converted once on arrival.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Converted {
+pub enum Converted {
     /// Shared with every index built from it.
     Cache(Arc<CacheEntry>),
     NodeGroup {
@@ -143,7 +138,7 @@ impl Converted {
 
     /// The key of a PVC or Node, sharing the converted object's strings (there may be 100 000
     /// PVCs: one copy of each name, not three).
-    pub(crate) fn shared_key(&self) -> Option<ObjectKey> {
+    pub fn shared_key(&self) -> Option<ObjectKey> {
         match self {
             Converted::Pvc {
                 namespace, name, ..
@@ -155,9 +150,9 @@ impl Converted {
 }
 
 /// The identity of an object within its kind: namespace (empty for cluster-scoped) and name.
-pub(crate) type ObjectKey = (Arc<str>, Arc<str>);
+pub type ObjectKey = (Arc<str>, Arc<str>);
 
-pub(crate) fn object_key(obj: &DynamicObject) -> ObjectKey {
+pub fn object_key(obj: &DynamicObject) -> ObjectKey {
     (
         Arc::from(obj.metadata.namespace.as_deref().unwrap_or_default()),
         Arc::from(obj.metadata.name.as_deref().unwrap_or_default()),
@@ -165,7 +160,7 @@ pub(crate) fn object_key(obj: &DynamicObject) -> ObjectKey {
 }
 
 /// `kind ns/name` (or `kind name`) for log lines.
-pub(crate) fn describe(kind: Kind, key: &ObjectKey) -> String {
+pub fn describe(kind: Kind, key: &ObjectKey) -> String {
     match key {
         (ns, name) if ns.is_empty() => format!("{kind} {name}"),
         (ns, name) => format!("{kind} {ns}/{name}"),
@@ -191,7 +186,7 @@ fn status(obj: &mut DynamicObject) -> Result<Option<LocalModelCacheStatus>, Stri
 }
 
 /// Converts an object of `kind` into what the index keeps; the error says why it is unusable.
-pub(crate) fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, String> {
+pub fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, String> {
     if obj.metadata.name.as_deref().unwrap_or("").is_empty() {
         return Err("has no metadata.name".into());
     }
@@ -261,7 +256,7 @@ pub(crate) fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, S
 
 /// The index to publish: the cluster's objects, then the `--caches` objects, which replace a
 /// cluster object of the same kind, namespace and name.
-pub(crate) fn build_index<'a>(
+pub fn build_index<'a>(
     static_index: &CacheIndex,
     objects: impl IntoIterator<Item = &'a Converted>,
 ) -> CacheIndex {
@@ -273,121 +268,8 @@ pub(crate) fn build_index<'a>(
     index
 }
 
-/// Why the cluster's caches could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterCacheError {
-    #[error(
-        "cannot reach the cluster (kubeconfig or in-cluster configuration): {0}; \
-         --no-cluster resolves against --caches only"
-    )]
-    Client(#[source] kube::Error),
-    #[error("cannot list {kind}: {source}")]
-    List {
-        kind: Kind,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("cannot start the runtime for the cluster client: {0}")]
-    Runtime(#[source] std::io::Error),
-}
-
-/// A 404 on a kind's collection: its CustomResourceDefinition is not installed.
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// What a one-time list found.
-#[derive(Debug)]
-pub struct Listed {
-    /// The cluster's objects merged with the static ones.
-    pub index: CacheIndex,
-    /// Kinds whose CRD is not installed, and objects skipped as unusable, for the user.
-    pub notes: Vec<String>,
-}
-
-/// One page of a kind's objects, whole or metadata only as the kind is read.
-async fn list_page(
-    kind: Kind,
-    api: &Api<DynamicObject>,
-    params: &ListParams,
-) -> Result<kube::core::ObjectList<DynamicObject>, kube::Error> {
-    match kind.reading() {
-        Reading::Whole => api.list(params).await,
-        Reading::Metadata => {
-            let page = api.list_metadata(params).await?;
-            Ok(kube::core::ObjectList {
-                types: page.types,
-                metadata: page.metadata,
-                items: page.items.into_iter().map(from_metadata).collect(),
-            })
-        }
-    }
-}
-
-/// A metadata-only object as a `DynamicObject` without data, so every kind converts alike.
-pub(crate) fn from_metadata(p: kube::core::PartialObjectMeta<DynamicObject>) -> DynamicObject {
-    DynamicObject {
-        types: p.types,
-        metadata: p.metadata,
-        data: serde_json::Value::Null,
-    }
-}
-
-/// Lists every kind once, in pages of 500, and merges `static_index` over them.
-pub async fn list_once(
-    client: kube::Client,
-    static_index: &CacheIndex,
-) -> Result<Listed, ClusterCacheError> {
-    let mut objects = Vec::new();
-    let mut notes = Vec::new();
-    for kind in Kind::ALL {
-        let api = kind.api(client.clone());
-        let mut params = ListParams::default().limit(500);
-        loop {
-            let page = match list_page(kind, &api, &params).await {
-                Ok(page) => page,
-                Err(e) if kind.is_custom() && is_not_found(&e) => {
-                    notes.push(format!("{kind}: the CRD is not installed; none listed"));
-                    break;
-                }
-                Err(source) => return Err(ClusterCacheError::List { kind, source }),
-            };
-            for obj in page.items {
-                let key = object_key(&obj);
-                match convert(kind, obj) {
-                    Ok(c) => objects.push(c),
-                    Err(why) => notes.push(format!("{} skipped: {why}", describe(kind, &key))),
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-    }
-    Ok(Listed {
-        index: build_index(static_index, &objects),
-        notes,
-    })
-}
-
-/// [`list_once`] for synchronous callers (`review --from-cluster`), with the client of the current
-/// kubeconfig context (or the in-cluster configuration).
-pub fn list_once_blocking(static_index: &CacheIndex) -> Result<Listed, ClusterCacheError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClusterCacheError::Runtime)?;
-    runtime.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(ClusterCacheError::Client)?;
-        list_once(client, static_index).await
-    })
-}
-
 /// Converted objects of one kind, by key.
-pub(crate) type KindObjects = HashMap<ObjectKey, std::sync::Arc<Converted>>;
+pub type KindObjects = HashMap<ObjectKey, std::sync::Arc<Converted>>;
 
 #[cfg(test)]
 mod tests {

@@ -19,27 +19,27 @@ enum Segment {
 
 /// A location inside the object under review.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldPath(Vec<Segment>);
+pub(crate) struct FieldPath(Vec<Segment>);
 
 impl FieldPath {
-    pub fn root() -> Self {
+    pub(crate) fn root() -> Self {
         FieldPath(Vec::new())
     }
 
-    pub fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
         let mut next = self.clone();
         next.0.push(Segment::Key(key.into()));
         next
     }
 
-    pub fn index(&self, index: usize) -> Self {
+    pub(crate) fn index(&self, index: usize) -> Self {
         let mut next = self.clone();
         next.0.push(Segment::Index(index));
         next
     }
 
     /// Chains several keys: `path.keys(["securityContext", "runAsUser"])`.
-    pub fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
+    pub(crate) fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
         let mut next = self.clone();
         next.0
             .extend(keys.iter().map(|k| Segment::Key(Cow::Borrowed(*k))));
@@ -47,7 +47,8 @@ impl FieldPath {
     }
 
     /// The JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`).
-    pub fn pointer(&self) -> String {
+    #[cfg(test)]
+    fn pointer(&self) -> String {
         let mut out = String::new();
         self.write_pointer(&mut out);
         out
@@ -119,7 +120,7 @@ impl Patch {
 /// intermediate tree). Operations apply in order, so callers emit in-place edits before anything
 /// that shifts array indices (inserts at the front, removals).
 #[derive(Debug, Default)]
-pub struct PatchBuilder {
+pub(crate) struct PatchBuilder {
     /// `[` and the operations so far, comma-separated; `]` is added by [`PatchBuilder::into_patch`].
     json: Vec<u8>,
     len: usize,
@@ -134,10 +135,6 @@ fn write_json(out: &mut Vec<u8>, value: &impl Serialize) {
 }
 
 impl PatchBuilder {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Starts an operation: `{"op":<op>,"path":<pointer of path, with /- when appending>`.
     fn start(&mut self, op: &str, path: &FieldPath, append: bool) {
         self.json
@@ -166,34 +163,34 @@ impl PatchBuilder {
     }
 
     /// Sets a member or inserts an array element (`add` replaces an existing member).
-    pub fn add(&mut self, path: &FieldPath, value: impl Serialize) {
+    pub(crate) fn add(&mut self, path: &FieldPath, value: impl Serialize) {
         self.with_value("add", path, false, &value);
     }
 
-    pub fn append(&mut self, array: &FieldPath, value: impl Serialize) {
+    pub(crate) fn append(&mut self, array: &FieldPath, value: impl Serialize) {
         self.with_value("add", array, true, &value);
     }
 
-    pub fn replace(&mut self, path: &FieldPath, value: impl Serialize) {
+    pub(crate) fn replace(&mut self, path: &FieldPath, value: impl Serialize) {
         self.with_value("replace", path, false, &value);
     }
 
     /// Copies the value at `from` to the end of the array at `array` (keeps fields this code
     /// does not know, which a typed copy would drop).
-    pub fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
+    pub(crate) fn copy_to_end(&mut self, from: &FieldPath, array: &FieldPath) {
         self.start("copy", array, true);
         self.json.extend_from_slice(b",\"from\":");
         self.write_pointer(from, false);
         self.json.push(b'}');
     }
 
-    pub fn remove(&mut self, path: &FieldPath) {
+    pub(crate) fn remove(&mut self, path: &FieldPath) {
         self.start("remove", path, false);
         self.json.push(b'}');
     }
 
     /// Appends to an array that may not exist yet: creates it with one element when absent.
-    pub fn push_to(&mut self, array: &FieldPath, exists: bool, value: impl Serialize) {
+    pub(crate) fn push_to(&mut self, array: &FieldPath, exists: bool, value: impl Serialize) {
         if exists {
             self.append(array, value);
         } else {
@@ -202,13 +199,19 @@ impl PatchBuilder {
     }
 
     /// Sets `key` in the map at `map`, creating the map when absent.
-    pub fn set_in_map(&mut self, map: &FieldPath, exists: bool, key: &str, value: impl Serialize) {
+    pub(crate) fn set_in_map(
+        &mut self,
+        map: &FieldPath,
+        exists: bool,
+        key: &str,
+        value: impl Serialize,
+    ) {
         self.set_fields(map, exists, &[(key, value)]);
     }
 
     /// Sets each of `fields` in the object at `object`: one `add` per field when it exists, else
     /// one `add` of the whole object (so no operation needs a parent that is not there yet).
-    pub fn set_fields<V: Serialize>(
+    pub(crate) fn set_fields<V: Serialize>(
         &mut self,
         object: &FieldPath,
         exists: bool,
@@ -226,15 +229,15 @@ impl PatchBuilder {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn into_patch(mut self) -> Patch {
+    pub(crate) fn into_patch(mut self) -> Patch {
         if self.len == 0 {
             self.json.push(b'[');
         }
@@ -247,7 +250,7 @@ impl PatchBuilder {
 }
 
 /// A JSON object of the given members, in their order.
-pub struct Fields<'a, V>(pub &'a [(&'a str, V)]);
+pub(crate) struct Fields<'a, V>(pub &'a [(&'a str, V)]);
 
 impl<V: Serialize> Serialize for Fields<'_, V> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -293,7 +296,7 @@ mod tests {
     #[test]
     fn builder_ops_apply_in_order() {
         let mut doc = json!({"metadata": {}, "spec": {"volumes": [{"name": "a"}]}});
-        let mut b = PatchBuilder::new();
+        let mut b = PatchBuilder::default();
         let meta = FieldPath::root().key("metadata");
         b.set_in_map(&meta.key("annotations"), false, "x/y", json!("1"));
         b.push_to(
@@ -318,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_patch_is_written_as_json_text_with_escaped_pointers() {
-        let mut b = PatchBuilder::new();
+        let mut b = PatchBuilder::default();
         assert!(b.is_empty());
         let odd = FieldPath::root()
             .keys(["metadata", "annotations"])
@@ -345,6 +348,6 @@ mod tests {
             ])
         );
         assert_eq!(patch.operations().0.len(), 5);
-        assert_eq!(PatchBuilder::new().into_patch().as_bytes(), b"[]");
+        assert_eq!(PatchBuilder::default().into_patch().as_bytes(), b"[]");
     }
 }

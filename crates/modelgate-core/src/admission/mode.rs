@@ -17,9 +17,9 @@ use crate::namespaces::{Mode, NamespaceMode};
 use crate::policy::{Denial, Mutation};
 
 /// Audit annotation: what the mutation would change, `; `-separated.
-pub const WOULD_PATCH: &str = "would-patch";
+pub(super) const WOULD_PATCH: &str = "would-patch";
 /// Audit annotation: the denial the request would get.
-pub const WOULD_DENY: &str = "would-deny";
+pub(super) const WOULD_DENY: &str = "would-deny";
 
 /// What the policy did with one request, as `modelgate_policy_results_total` counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,7 +53,7 @@ impl PolicyResult {
 
 /// The policy's verdict on one request: the mutation (empty for the validating webhook when
 /// it allows), or the denial.
-pub type Verdict = Result<Mutation, Denial>;
+pub(super) type Verdict = Result<Mutation, Denial>;
 
 /// The warning a dry-run mode gives for one violation of a denial.
 fn would_deny(denial: &Denial) -> impl Iterator<Item = String> + '_ {
@@ -64,7 +64,7 @@ fn would_deny(denial: &Denial) -> impl Iterator<Item = String> + '_ {
 }
 
 /// `off`: allowed untouched, the policy not even consulted.
-pub fn off() -> Decision {
+pub(super) fn off() -> Decision {
     Decision {
         allowed: true,
         mode: Some(Mode::Off),
@@ -74,13 +74,14 @@ pub fn off() -> Decision {
 }
 
 /// Shapes the verdict into the answer of `ns.mode` (`off` is [`off`]).
-pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
+pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
     let mut d = Decision {
         allowed: true,
         mode: Some(ns.mode),
         ..Default::default()
     };
     d.warnings.extend(ns.label_warning);
+    let model_cache = verdict.as_ref().ok().and_then(|m| m.model_cache);
     match (ns.mode, verdict) {
         (Mode::Off, _) => return off(),
         (Mode::Enforce, Ok(mut m)) => {
@@ -129,6 +130,7 @@ pub fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
             d.result = Some(PolicyResult::WouldDeny);
         }
     }
+    d.model_cache = model_cache;
     d
 }
 

@@ -96,7 +96,7 @@ fn check_range(
     }
 }
 
-pub fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
+pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
     let mut out = Vec::new();
     let pod_sc = || w.spec_path.key("securityContext");
     if let Some(sc) = w.pod_security() {

@@ -11,7 +11,6 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
     let view = view::decode_pod(&text).unwrap();
     let meta = view.metadata.as_ref();
     let w = Workload {
-        kind: "Pod",
         namespace: "team-a",
         restricted_namespace: false,
         annotations: meta.and_then(|m| m.annotations.as_ref()),

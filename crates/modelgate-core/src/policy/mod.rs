@@ -6,12 +6,12 @@
 //! - [`model_cache`]: model URI resolution against node-local caches (§5)
 //! - [`validate`]: what is denied (§6)
 
-pub mod cache_prep;
+mod cache_prep;
 pub mod model_cache;
-pub mod nonroot;
-pub mod validate;
+mod nonroot;
+mod validate;
 pub mod view;
-pub mod workload;
+mod workload;
 
 use serde_json::Value;
 
@@ -20,8 +20,9 @@ use std::fmt;
 
 pub use model_cache::Caches;
 pub use validate::{Checks, Denial, Violation};
-pub use workload::Workload;
+pub(crate) use workload::Workload;
 
+use crate::cache::Resolved;
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::{FieldPath, PatchBuilder};
 
@@ -30,7 +31,7 @@ pub const MAX_WARNING_LEN: usize = 256;
 
 /// `uri` cut in the middle (`hf://org/…/model.safetensors`) to at most `room` bytes, so that a
 /// warning naming a cache keeps the cache's name whole: the URI is what gives way.
-pub fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
+pub(crate) fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
     const ELLIPSIS: &str = "…";
     if uri.len() <= room {
         return Cow::Borrowed(uri);
@@ -130,34 +131,25 @@ impl Change {
 /// The result of the mutating pass: the patch, what it changes rule by rule, and the notes
 /// that describe no change (a mount skipped, caches not synced yet).
 #[derive(Debug, Default)]
-pub struct Mutation {
+pub(crate) struct Mutation {
     pub patch: PatchBuilder,
     /// One entry per change the patch makes; empty exactly when the patch is.
     pub changes: Vec<Change>,
     pub notes: Vec<String>,
+    /// How the model URI was resolved, when the pod names one.
+    pub model_cache: Option<Resolved>,
 }
 
 impl Mutation {
     /// The warnings of the mutation as applied: the changes that announce themselves, then
-    /// the notes.
-    pub fn warnings(&self) -> Vec<String> {
+    /// the notes (as the answer in `enforce` gives them).
+    #[cfg(test)]
+    pub(crate) fn warnings(&self) -> Vec<String> {
         self.changes
             .iter()
             .filter_map(|c| c.applied_warning.clone())
             .chain(self.notes.iter().cloned())
             .collect()
-    }
-
-    /// The patch and the warnings of the mutation as applied ([`Mutation::warnings`]), without
-    /// copying them.
-    pub fn into_applied(self) -> (PatchBuilder, Vec<String>) {
-        let warnings = self
-            .changes
-            .into_iter()
-            .filter_map(|c| c.applied_warning)
-            .chain(self.notes)
-            .collect();
-        (self.patch, warnings)
     }
 }
 
@@ -183,7 +175,11 @@ fn set_security_fields(
 
 /// Pod or Job CREATE: the whole policy. Ranges are checked first so that no patch is ever built
 /// from an invalid uid.
-pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result<Mutation, Denial> {
+pub(crate) fn mutate_create(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    caches: Caches,
+) -> Result<Mutation, Denial> {
     validate::validate(w, cfg, Checks::RangesOnly)?;
     let mut m = Mutation::default();
     let prep_managed = cache_prep::is_managed(w, cfg);
@@ -217,7 +213,8 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
     // 3. The model cache: annotations, volume, mounts, node affinity.
     let before = m.patch.len();
     let resolved = model_cache::apply(w, cfg, caches, &mut m.patch, &mut m.notes);
-    if let Some(change) = resolved {
+    if let Some((change, lookup)) = resolved {
+        m.model_cache = Some(lookup);
         if m.patch.len() > before {
             m.changes.push(change);
         } else if let Some(warning) = change.applied_warning {
@@ -273,7 +270,7 @@ pub fn mutate_create(w: &Workload, cfg: &PolicyConfig, caches: Caches) -> Result
 
 /// Pod UPDATE of the `ephemeralcontainers` subresource: only the ephemeral containers' own
 /// security contexts change.
-pub fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, Denial> {
+pub(crate) fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, Denial> {
     validate::validate(w, cfg, Checks::RangesOnly)?;
     let mut m = Mutation::default();
     nonroot::ephemeral_fixes(w, cfg, &mut m);
@@ -282,7 +279,7 @@ pub fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, De
 }
 
 /// The validating webhook's decision.
-pub fn validate(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
+pub(crate) fn validate(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
     validate::validate(w, cfg, Checks::All)
 }
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
 use super::{Change, Rule};
-use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason};
+use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason, Resolved};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, Fields, PatchBuilder};
 
@@ -51,14 +51,15 @@ impl<'a> Caches<'a> {
 }
 
 /// Resolves the pod's model and patches accordingly; returns what that changes (the caller
-/// keeps it only when the patch grew). `warnings` gets the notes that describe no change.
-pub fn apply(
+/// keeps it only when the patch grew) and how the model was resolved. `warnings` gets the notes
+/// that describe no change.
+pub(crate) fn apply(
     w: &Workload,
     cfg: &PolicyConfig,
     caches: Caches,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) -> Option<Change> {
+) -> Option<(Change, Resolved)> {
     let model_uri = w
         .annotation(MODEL_URI)
         .or_else(|| w.annotation(KSERVE_SOURCE_URI))?;
@@ -77,10 +78,7 @@ pub fn apply(
         None
     };
     let answer = match early {
-        Some(reason) => {
-            index.record_miss(reason);
-            Lookup::Miss(Miss::because(reason))
-        }
+        Some(reason) => Lookup::Miss(Miss::because(reason)),
         None => {
             // The index keeps node labels as owned maps; a pod's selector is a few pairs.
             let node_selector: Option<BTreeMap<String, String>> =
@@ -101,7 +99,8 @@ pub fn apply(
             })
         }
     };
-    match answer {
+    let resolved = answer.resolved();
+    let change = match answer {
         Lookup::Hit(h) => {
             let source = hit(w, cfg, &h, patch, warnings);
             // Both texts fit a warning whole, with the cache's name intact (the longer template
@@ -134,7 +133,8 @@ pub fn apply(
                 _ => change,
             })
         }
-    }
+    };
+    change.map(|c| (c, resolved))
 }
 
 /// `pvc-missing: LocalModelCache llama matches hf://org/llama but PVC team-b/llama-gpu does not

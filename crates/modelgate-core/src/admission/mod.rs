@@ -7,7 +7,7 @@
 
 mod decode;
 mod encode;
-pub mod mode;
+mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
+use crate::cache::Resolved;
 use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::FieldPath;
@@ -66,6 +67,8 @@ pub struct Decision {
     pub mode: Option<Mode>,
     /// What the policy did, when it was consulted (for `modelgate_policy_results_total`).
     pub result: Option<PolicyResult>,
+    /// How the pod's model URI was resolved, when the policy resolved one (any mode but `off`).
+    pub model_cache: Option<Resolved>,
     /// What a patch changes, rule by rule (in `enforce`), for reports such as `audit`.
     pub changes: Vec<policy::Change>,
     /// What a denial names, in the order of its message, with each field's rule, so that
@@ -124,6 +127,8 @@ pub struct Summary {
     /// The namespace's mode and the policy's result, when the policy was consulted.
     pub mode: Option<Mode>,
     pub result: Option<PolicyResult>,
+    /// How the pod's model URI was resolved (for `modelgate_cache_lookups_total`).
+    pub model_cache: Option<Resolved>,
     /// Why the request could not be handled as an admission (for error metrics).
     pub error: Option<&'static str>,
 }
@@ -434,7 +439,6 @@ impl<'a> DecodedObject<'a> {
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
         match self {
             DecodedObject::Pod(p) => Ok(Workload {
-                kind: "Pod",
                 namespace,
                 restricted_namespace,
                 annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
@@ -449,7 +453,6 @@ impl<'a> DecodedObject<'a> {
                 let template = spec.template.as_ref();
                 let metadata = template.and_then(|t| t.metadata.as_ref());
                 Ok(Workload {
-                    kind: "Job",
                     namespace,
                     restricted_namespace,
                     annotations: metadata.and_then(|m| m.annotations.as_ref()),

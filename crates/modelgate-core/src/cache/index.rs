@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
-use super::metrics::LookupCounters;
 use crate::config::CacheLayout;
 
 /// Which scope a cache comes from.
@@ -382,10 +381,30 @@ impl Lookup {
             Lookup::Miss(m) => Some(m.reason),
         }
     }
+
+    /// The answer in brief, as `modelgate_cache_lookups_total` counts it.
+    pub fn resolved(&self) -> Resolved {
+        match self {
+            Lookup::Hit(h) => match h.cache.scope {
+                CacheScope::Namespace(_) => Resolved::Namespace,
+                CacheScope::Cluster => Resolved::Cluster,
+            },
+            Lookup::Miss(m) => Resolved::Miss(m.reason),
+        }
+    }
+}
+
+/// How a pod's model URI was resolved: a hit by the scope of its cache, or a miss by reason.
+/// The admission that used the answer carries it out (in its summary) to be counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    Namespace,
+    Cluster,
+    Miss(MissReason),
 }
 
 /// Strips one trailing `/`, as matching requires for both URIs.
-pub fn trim_uri(uri: &str) -> &str {
+pub(crate) fn trim_uri(uri: &str) -> &str {
     uri.strip_suffix('/').unwrap_or(uri)
 }
 
@@ -545,7 +564,7 @@ fn selector_matches(selector: &Labels, labels: &Labels) -> bool {
 
 /// Kubernetes' node selector term semantics: every requirement holds; an empty term matches no
 /// node.
-pub fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &Labels) -> bool {
+pub(crate) fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &Labels) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {
@@ -597,8 +616,6 @@ pub struct CacheIndex {
     nodes: HashMap<Arc<str>, Labels>,
     /// namespace → claim name → state. Shared strings: the watch keeps the same ones.
     pvcs: HashMap<Arc<str>, HashMap<Arc<str>, PvcState>>,
-    /// Counts every lookup by result and reason (the server's `modelgate_cache_lookups_total`).
-    counters: Option<LookupCounters>,
 }
 
 impl CacheIndex {
@@ -618,7 +635,9 @@ impl CacheIndex {
         }
     }
 
-    pub fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
+    /// The sources rebuild whole indices rather than remove; tests remove to state a case.
+    #[cfg(test)]
+    pub(crate) fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
         match scope {
             CacheScope::Cluster => self.cluster.remove(name),
             CacheScope::Namespace(ns) => {
@@ -648,10 +667,6 @@ impl CacheIndex {
         self.node_groups.insert(name.to_string(), group);
     }
 
-    pub fn remove_node_group(&mut self, name: &str) -> bool {
-        self.node_groups.remove(name).is_some()
-    }
-
     /// Adds or replaces a Node (name and labels).
     pub fn upsert_node(&mut self, name: impl Into<Arc<str>>, labels: Labels) {
         let name: Arc<str> = name.into();
@@ -664,7 +679,7 @@ impl CacheIndex {
         self.nodes.insert(name, labels);
     }
 
-    pub fn remove_node(&mut self, name: &str) -> bool {
+    pub(crate) fn remove_node(&mut self, name: &str) -> bool {
         let Some(labels) = self.nodes.remove(name) else {
             return false;
         };
@@ -686,7 +701,8 @@ impl CacheIndex {
             .insert(name.into(), state);
     }
 
-    pub fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
         let Some(claims) = self.pvcs.get_mut(namespace) else {
             return false;
         };
@@ -698,7 +714,7 @@ impl CacheIndex {
     }
 
     /// Adds every object of `other`, replacing those of the same kind, scope and name.
-    pub fn merge(&mut self, other: &CacheIndex) {
+    pub(crate) fn merge(&mut self, other: &CacheIndex) {
         let scopes = other.namespaces.values().chain([&other.cluster]);
         for entry in scopes.flat_map(Scope::entries) {
             self.upsert_cache(entry.clone());
@@ -716,11 +732,6 @@ impl CacheIndex {
         }
     }
 
-    /// From now on every lookup and every miss decided before one is counted in `counters`.
-    pub fn count_lookups(&mut self, counters: LookupCounters) {
-        self.counters = Some(counters);
-    }
-
     pub fn counts(&self) -> Counts {
         Counts {
             namespace_caches: self.namespaces.values().map(Scope::len).sum(),
@@ -731,27 +742,9 @@ impl CacheIndex {
         }
     }
 
-    /// Counts an answer given without a lookup (opted out, KServe-managed, not synced).
-    pub fn record_miss(&self, reason: MissReason) {
-        if let Some(c) = &self.counters {
-            c.record_miss(reason);
-        }
-    }
-
     /// Resolves a model URI for a pod: the cache by precedence, then the node group, then the
     /// checks of SPEC.md §5 in order.
     pub fn lookup(&self, req: &LookupRequest) -> Lookup {
-        let answer = self.resolve(req);
-        if let Some(c) = &self.counters {
-            match &answer {
-                Lookup::Hit(h) => c.record_hit(&h.cache.scope),
-                Lookup::Miss(m) => c.record_miss(m.reason),
-            }
-        }
-        answer
-    }
-
-    fn resolve(&self, req: &LookupRequest) -> Lookup {
         let found = self
             .namespaces
             .get(req.namespace)

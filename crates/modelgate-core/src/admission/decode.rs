@@ -444,6 +444,7 @@ impl Request {
             patch_operations: decision.patch_len(),
             mode: decision.mode,
             result: decision.result,
+            model_cache: decision.model_cache,
             error: None,
         }
     }

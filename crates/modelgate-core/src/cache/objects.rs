@@ -113,7 +113,7 @@ pub struct LocalModelNodeGroupSpec {
 }
 
 /// A PVC's state from its metadata and `status.phase`.
-pub fn pvc_state(metadata: &kube::api::ObjectMeta, phase: Option<&str>) -> PvcState {
+pub(crate) fn pvc_state(metadata: &kube::core::ObjectMeta, phase: Option<&str>) -> PvcState {
     PvcState {
         phase: PvcPhase::parse(phase),
         deleting: metadata.deletion_timestamp.is_some(),

@@ -13,9 +13,7 @@ const OS_LABEL: &str = "kubernetes.io/os";
 const WINDOWS: &str = "windows";
 
 /// A pod spec and its metadata, as found in a Pod or a Job template.
-pub struct Workload<'a> {
-    /// `Pod` or `Job`, for messages.
-    pub kind: &'static str,
+pub(crate) struct Workload<'a> {
     /// The namespace the pod will run in (object metadata, else the request's).
     pub namespace: &'a str,
     /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
@@ -36,14 +34,15 @@ pub struct Workload<'a> {
 
 /// The three container lists of a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContainerList {
+pub(crate) enum ContainerList {
     Init,
     Regular,
     Ephemeral,
 }
 
 impl ContainerList {
-    pub fn field(self) -> &'static str {
+    /// The list's field in a pod spec.
+    fn field(self) -> &'static str {
         match self {
             ContainerList::Init => "initContainers",
             ContainerList::Regular => "containers",
@@ -53,7 +52,7 @@ impl ContainerList {
 }
 
 /// One container of any list, with its place in the object.
-pub struct ContainerRef<'a> {
+pub(crate) struct ContainerRef<'a> {
     pub list: ContainerList,
     /// Position within its own list.
     pub index: usize,
@@ -65,25 +64,25 @@ pub struct ContainerRef<'a> {
 impl ContainerRef<'_> {
     /// Where the container is in the object (`spec.containers[1]`), built when needed: most
     /// containers never need theirs.
-    pub fn path(&self, w: &Workload) -> FieldPath {
+    pub(crate) fn path(&self, w: &Workload) -> FieldPath {
         w.spec_path.key(self.list.field()).index(self.index)
     }
 }
 
 impl<'a> Workload<'a> {
-    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn annotation(&self, key: &str) -> Option<&'a str> {
         self.annotations?.get(key)
     }
 
-    pub fn has_label(&self, key: &str) -> bool {
+    pub(crate) fn has_label(&self, key: &str) -> bool {
         self.labels.is_some_and(|l| l.contains_key(key))
     }
 
-    pub fn has_annotation(&self, key: &str) -> bool {
+    pub(crate) fn has_annotation(&self, key: &str) -> bool {
         self.annotations.is_some_and(|a| a.contains_key(key))
     }
 
-    pub fn annotations_path(&self) -> FieldPath {
+    pub(crate) fn annotations_path(&self) -> FieldPath {
         self.meta_path.key("annotations")
     }
 
@@ -91,7 +90,7 @@ impl<'a> Workload<'a> {
     /// windows`, or, without `spec.os`, a pod that selects Windows nodes: `nodeSelector`
     /// `kubernetes.io/os: windows`, or a required node affinity whose every term admits only
     /// that value.
-    pub fn is_windows(&self) -> bool {
+    pub(crate) fn is_windows(&self) -> bool {
         if let Some(os) = &self.spec.os {
             return os.name() == WINDOWS;
         }
@@ -123,20 +122,20 @@ impl<'a> Workload<'a> {
             })
     }
 
-    pub fn pod_security(&self) -> Option<&'a PodSecurityContextView> {
+    pub(crate) fn pod_security(&self) -> Option<&'a PodSecurityContextView> {
         self.spec.security_context.as_ref()
     }
 
-    pub fn pod_run_as_user(&self) -> Option<i64> {
+    pub(crate) fn pod_run_as_user(&self) -> Option<i64> {
         self.pod_security()?.run_as_user
     }
 
-    pub fn pod_fs_group(&self) -> Option<i64> {
+    pub(crate) fn pod_fs_group(&self) -> Option<i64> {
         self.pod_security()?.fs_group
     }
 
     /// Every container, in the order init, regular, ephemeral.
-    pub fn containers(&self) -> Vec<ContainerRef<'a>> {
+    pub(crate) fn containers(&self) -> Vec<ContainerRef<'a>> {
         let s = self.spec;
         let mut out = Vec::with_capacity(
             s.init_containers().len() + s.containers().len() + s.ephemeral_containers().len(),

@@ -3,21 +3,16 @@
 //! `restricted` (label `pod-security.kubernetes.io/enforce`).
 //!
 //! `serve` fills a [`NamespaceStore`] from a metadata-only watch of the cluster's Namespaces
-//! ([`watch`]); `review` reads Namespace objects from its `--caches` files. Until the first list
+//! (the `modelgate` package's `namespaces::watch`); `review` reads Namespace objects from its `--caches` files. Until the first list
 //! arrives the store is empty, so `--default-mode` applies everywhere. Only namespaces that
 //! carry one of the two labels are kept: memory grows with the labelled ones, not with all.
-
-pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use clap::ValueEnum;
 use serde_json::Value;
-
-use crate::documents::Document;
 
 /// The label that sets a namespace's mode.
 pub const MODE_LABEL: &str = "modelgate.io/mode";
@@ -25,7 +20,7 @@ pub const MODE_LABEL: &str = "modelgate.io/mode";
 pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 
 /// How modelgate answers for a namespace (the table of SPEC.md §9).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
     /// Patch and deny as the policy says.
     #[default]
@@ -51,7 +46,7 @@ impl Mode {
     }
 
     /// A label value, exactly as written (labels are case-sensitive, as PSA's are).
-    pub fn from_label(value: &str) -> Option<Mode> {
+    pub(crate) fn from_label(value: &str) -> Option<Mode> {
         Mode::ALL.into_iter().find(|m| m.as_str() == value)
     }
 }
@@ -175,32 +170,6 @@ impl Namespaces {
             .and_then(|l| l.pod_security_enforce.as_deref())
             == Some("restricted")
     }
-
-    /// Adds the `v1` Namespace objects among `docs` (the others are left to other readers) and
-    /// returns how many there were.
-    pub fn insert_documents(&mut self, docs: &[Document]) -> anyhow::Result<usize> {
-        let mut n = 0;
-        for d in docs.iter().filter(|d| is_namespace(&d.value)) {
-            let name = d
-                .value
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| anyhow::anyhow!("{}: Namespace has no metadata.name", d.origin))?;
-            let labels: BTreeMap<String, String> = match d.value.pointer("/metadata/labels") {
-                None | Some(Value::Null) => BTreeMap::new(),
-                Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                    anyhow::anyhow!(
-                        "{}: Namespace {name}: metadata.labels must map strings to strings: {e}",
-                        d.origin
-                    )
-                })?,
-            };
-            self.set(name, NamespaceLabels::from_labels(&labels));
-            n += 1;
-        }
-        Ok(n)
-    }
 }
 
 /// Whether a document is a core `v1` Namespace.
@@ -235,55 +204,6 @@ impl NamespaceStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::documents::read_documents;
-
-    #[test]
-    fn mode_from_label_else_default_and_unknown_is_enforce_with_a_warning() {
-        let docs = read_documents(
-            "ns.yaml",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {modelgate.io/mode: warn}}\n---\n\
-             apiVersion: v1\nkind: Namespace\nmetadata: {name: b, labels: {modelgate.io/mode: Audit}}\n---\n\
-             apiVersion: v1\nkind: Namespace\nmetadata: {name: c, labels: {pod-security.kubernetes.io/enforce: restricted}}\n---\n\
-             apiVersion: v1\nkind: Namespace\nmetadata: {name: d}\n---\n\
-             apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
-        )
-        .unwrap();
-        let mut ns = Namespaces::default();
-        assert_eq!(ns.insert_documents(&docs).unwrap(), 4);
-        assert_eq!(ns.len(), 3, "only labelled namespaces are kept");
-        assert_eq!(ns.mode("a", Mode::Audit).mode, Mode::Warn);
-        let b = ns.mode("b", Mode::Off);
-        assert_eq!(b.mode, Mode::Enforce);
-        assert_eq!(
-            b.label_warning.as_deref(),
-            Some(
-                "namespace b: label modelgate.io/mode=\"Audit\" is not one of enforce, warn, \
-                 audit, off; enforcing"
-            )
-        );
-        assert_eq!(ns.mode("c", Mode::Audit).mode, Mode::Audit);
-        assert_eq!(ns.mode("unknown", Mode::Off).mode, Mode::Off);
-        assert!(ns.enforces_restricted("c"));
-        assert!(!ns.enforces_restricted("a") && !ns.enforces_restricted("d"));
-    }
-
-    #[test]
-    fn bad_namespace_objects_are_named() {
-        let docs =
-            read_documents("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap();
-        let e = Namespaces::default().insert_documents(&docs).unwrap_err();
-        assert!(e.to_string().contains("ns.yaml"), "{e}");
-        let docs = read_documents(
-            "ns.yaml",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {x: [1]}}\n",
-        )
-        .unwrap();
-        let e = Namespaces::default().insert_documents(&docs).unwrap_err();
-        assert!(
-            e.to_string().contains("Namespace a: metadata.labels"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn a_label_removed_forgets_the_namespace() {

@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::namespaces::{MODE_LABEL, NamespaceLabels, POD_SECURITY_ENFORCE_LABEL};
-use crate::server::metrics::Metrics;
+use crate::testing;
 
 /// Namespaces `ns-<mode>` labelled with each mode, `ns-bogus` with an unknown value,
 /// `ns-plain` unlabelled, `ns-restricted` enforcing Pod Security restricted.
@@ -34,8 +33,8 @@ fn namespaces() -> Namespaces {
     ns
 }
 
-fn review(ns: &str, object: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+fn review(ns: &str, object: Value) -> Value {
+    json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": "u-1",
@@ -44,8 +43,7 @@ fn review(ns: &str, object: Value) -> Vec<u8> {
             "namespace": ns, "operation": "CREATE", "userInfo": {"username": "alice"},
             "object": object,
         }
-    }))
-    .unwrap()
+    })
 }
 
 fn pod(spec: Value) -> Value {
@@ -130,21 +128,12 @@ fn run_in(
         caches: Caches::Ready(index),
         namespaces,
     };
-    let out = super::review(webhook, &review(ns, object), &ctx);
-    assert_eq!(out.http_status, 200);
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let response = body["response"].clone();
-    let patch = response["patch"].as_str().map(|b64| {
-        assert_eq!(response["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap();
-        serde_json::from_slice(&bytes).unwrap()
-    });
+    let answer = testing::review(webhook, &review(ns, object), &ctx);
+    assert_eq!(answer.http, 200, "{}", answer.body);
     Answer {
-        response,
-        patch,
-        summary: out.summary,
+        response: answer.body["response"].clone(),
+        patch: answer.ops,
+        summary: answer.summary.expect("an in-process answer has a summary"),
     }
 }
 
@@ -364,7 +353,7 @@ fn default_mode_applies_to_unlabelled_namespaces_and_an_unknown_label_enforces_w
 
 #[test]
 fn exempt_namespaces_stay_outside_the_modes() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let a = run_in(
         Webhook::Mutate,
         "kube-system",
@@ -377,34 +366,94 @@ fn exempt_namespaces_stay_outside_the_modes() {
     assert_eq!((a.summary.mode, a.summary.result), (None, None));
 }
 
+/// The summary carries the mode and result that `modelgate_policy_results_total` counts (the
+/// server turns them into labels; tests/serve_cluster.rs reads the exported series).
 #[test]
-fn the_metric_counts_each_result_by_webhook_and_mode() {
-    let metrics = Metrics::new();
+fn each_result_is_summarised_with_its_mode() {
     let cells = [
-        (Webhook::Mutate, "ns-enforce", to_patch()),
-        (Webhook::Mutate, "ns-enforce", to_patch()),
-        (Webhook::Validate, "ns-enforce", to_deny()),
-        (Webhook::Mutate, "ns-warn", to_patch()),
-        (Webhook::Validate, "ns-audit", to_deny()),
-        (Webhook::Mutate, "ns-off", to_deny()),
-        (Webhook::Mutate, "ns-audit", compliant()),
+        (
+            Webhook::Mutate,
+            "ns-enforce",
+            to_patch(),
+            "enforce",
+            "patched",
+        ),
+        (
+            Webhook::Validate,
+            "ns-enforce",
+            to_deny(),
+            "enforce",
+            "denied",
+        ),
+        (
+            Webhook::Mutate,
+            "ns-warn",
+            to_patch(),
+            "warn",
+            "would_patch",
+        ),
+        (
+            Webhook::Validate,
+            "ns-audit",
+            to_deny(),
+            "audit",
+            "would_deny",
+        ),
+        (Webhook::Mutate, "ns-off", to_deny(), "off", "unchanged"),
+        (
+            Webhook::Mutate,
+            "ns-audit",
+            compliant(),
+            "audit",
+            "unchanged",
+        ),
     ];
-    for (webhook, ns, object) in cells {
+    for (webhook, ns, object, mode, result) in cells {
         let a = run(webhook, ns, object);
-        metrics.admission(webhook, &a.summary, 0.001);
+        let got = (
+            a.summary.mode.map(Mode::as_str),
+            a.summary.result.map(PolicyResult::as_str),
+        );
+        assert_eq!(got, (Some(mode), Some(result)), "{webhook:?} in {ns}");
     }
-    let text = metrics.encode().unwrap();
-    for line in [
-        r#"modelgate_policy_results_total{webhook="mutate",mode="enforce",result="patched"} 2"#,
-        r#"modelgate_policy_results_total{webhook="validate",mode="enforce",result="denied"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="warn",result="would_patch"} 1"#,
-        r#"modelgate_policy_results_total{webhook="validate",mode="audit",result="would_deny"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="off",result="unchanged"} 1"#,
-        r#"modelgate_policy_results_total{webhook="mutate",mode="audit",result="unchanged"} 1"#,
-    ] {
-        assert!(text.contains(line), "{line} missing from\n{text}");
+}
+
+/// The resolution of the pod's model travels out in the summary of the admission that used it
+/// (`/mutate`, in every mode but `off`), to be counted once by the server.
+#[test]
+fn the_model_resolution_is_summarised_by_the_mutation_that_used_it() {
+    let model_pod = || {
+        let mut p = to_patch();
+        p["metadata"]["annotations"] = json!({"modelgate.io/model-uri": "hf://org/absent"});
+        p
+    };
+    let miss = Some(crate::cache::Resolved::Miss(
+        crate::cache::MissReason::NoMatch,
+    ));
+    for ns in ["ns-enforce", "ns-warn", "ns-audit"] {
+        assert_eq!(
+            run(Webhook::Mutate, ns, model_pod()).summary.model_cache,
+            miss,
+            "{ns}"
+        );
+        assert_eq!(
+            run(Webhook::Validate, ns, model_pod()).summary.model_cache,
+            None,
+            "{ns}"
+        );
     }
-    assert_eq!(text.matches("modelgate_policy_results_total{").count(), 6);
+    assert_eq!(
+        run(Webhook::Mutate, "ns-off", model_pod())
+            .summary
+            .model_cache,
+        None
+    );
+    assert_eq!(
+        run(Webhook::Mutate, "ns-enforce", to_patch())
+            .summary
+            .model_cache,
+        None
+    );
 }
 
 // Pod Security -------------------------------------------------------------------------------

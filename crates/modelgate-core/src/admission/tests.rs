@@ -1,12 +1,13 @@
 //! Unit tests of the pipeline, one per rule of SPEC.md §1–§7, through the same entry point the
 //! server uses: AdmissionReview bytes in, AdmissionReview bytes out.
 
-use base64::Engine;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::config::{IdSetting, PolicyConfig, PrepMode};
+use crate::testing;
+use base64::Engine;
 
 fn review_of(kind: &str, operation: &str, sub: Option<&str>, ns: &str, object: Value) -> Value {
     let (group, version) = match kind {
@@ -54,42 +55,12 @@ impl Answer {
 }
 
 fn run_with(webhook: Webhook, review: &Value, cfg: &PolicyConfig, index: &CacheIndex) -> Answer {
-    let ctx = Context {
-        config: cfg,
-        caches: Caches::Ready(index),
-        namespaces: crate::namespaces::Namespaces::none(),
-    };
-    let out = super::review(webhook, &serde_json::to_vec(review).unwrap(), &ctx);
-    assert_eq!(
-        out.http_status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&out.body)
-    );
-    let body: Value = serde_json::from_slice(&out.body).unwrap();
-    let response = body["response"].clone();
-    assert_eq!(response["uid"], review["request"]["uid"]);
-    let mut patched = review["request"]["object"].clone();
-    let patch: Vec<Value> = match response.get("patch") {
-        Some(Value::String(b64)) => {
-            assert_eq!(response["patchType"], "JSONPatch");
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .unwrap();
-            let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-            json_patch::patch(&mut patched, &patch).expect("patch applies");
-            serde_json::from_slice(&bytes).unwrap()
-        }
-        Some(other) => panic!("patch must be a base64 string, got {other}"),
-        None => {
-            assert!(response.get("patchType").is_none());
-            vec![]
-        }
-    };
+    let answer = testing::review(webhook, review, &testing::context(cfg, index));
+    assert_eq!(answer.http, 200, "{}", answer.body);
     Answer {
-        response,
-        patch,
-        patched,
+        patched: answer.patched(&review["request"]["object"]),
+        patch: answer.ops.unwrap_or_default(),
+        response: answer.body["response"].clone(),
     }
 }
 
@@ -1261,7 +1232,7 @@ fn other_kinds_are_allowed_with_one_warning() {
 
 #[test]
 fn exempt_namespaces_are_untouched() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let p = pod(
         json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
     );
@@ -1288,7 +1259,7 @@ fn exempt_namespaces_are_untouched() {
 
 #[test]
 fn mirror_pods_are_untouched() {
-    let cfg = PolicyConfig::default().finalize();
+    let cfg = PolicyConfig::default().with_default_exemptions(None);
     let mut p = pod(
         json!({"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}),
     );
@@ -1492,8 +1463,13 @@ fn allowed_without_changes_has_no_patch_fields_and_no_status() {
 /// byte, on the reference reviews and on objects that fail to decode.
 #[test]
 fn the_one_pass_decode_and_the_raw_object_path_answer_alike() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
-    let (index, _) = CacheIndex::load_files(&[dir.join("caches.json")]).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/reviews");
+    let list: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("caches.json")).unwrap()).unwrap();
+    let mut index = CacheIndex::new();
+    for item in list["items"].as_array().unwrap() {
+        index.insert_object(item).unwrap();
+    }
     let cfg = PolicyConfig::default();
     let ctx = Context {
         config: &cfg,

@@ -1,0 +1,28 @@
+//! modelgate's core: SPEC.md §1–§7 as bytes in → bytes out, with no I/O.
+//!
+//! The layers, from the inside out:
+//! - [`config`]: the policy's settings (SPEC.md §2) as plain values;
+//! - [`patch`]: JSON patch operations addressed by field path;
+//! - [`policy`]: SPEC.md's rules as pure functions over a decoded workload;
+//! - [`cache`]: KServe's model cache objects, their conversion into index entries, and the index
+//!   that answers lookups;
+//! - [`namespaces`]: each namespace's rollout mode and Pod Security level;
+//! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
+//!   operation, shapes the policy's verdict by the namespace's mode, and encodes the one
+//!   response the API server gets.
+//!
+//! The `modelgate` package around it reads files and flags, watches the cluster and serves TLS.
+//! This crate depends on no async runtime, HTTP stack, Kubernetes client or argument parser;
+//! `scripts/test.sh` checks that with `cargo tree`.
+
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
+pub mod admission;
+pub mod cache;
+pub mod config;
+pub mod namespaces;
+mod patch;
+pub mod policy;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -1,0 +1,125 @@
+//! A one-time list of the cluster's routing objects (`review --from-cluster`), converted as the
+//! watch converts them ([`super::cluster::convert`]).
+
+use kube::api::{Api, DynamicObject, ListParams};
+
+use super::CacheIndex;
+use super::cluster::{Kind, Reading, build_index, convert, describe, object_key};
+
+/// The kind's objects in every namespace.
+pub(crate) fn api(kind: Kind, client: kube::Client) -> Api<DynamicObject> {
+    Api::all_with(client, &kind.api_resource())
+}
+
+/// Why the cluster's caches could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterCacheError {
+    #[error(
+        "cannot reach the cluster (kubeconfig or in-cluster configuration): {0}; \
+         --no-cluster resolves against --caches only"
+    )]
+    Client(#[source] kube::Error),
+    #[error("cannot list {kind}: {source}")]
+    List {
+        kind: Kind,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot start the runtime for the cluster client: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A 404 on a kind's collection: its CustomResourceDefinition is not installed.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// What a one-time list found.
+#[derive(Debug)]
+pub struct Listed {
+    /// The cluster's objects merged with the static ones.
+    pub index: CacheIndex,
+    /// Kinds whose CRD is not installed, and objects skipped as unusable, for the user.
+    pub notes: Vec<String>,
+}
+
+/// One page of a kind's objects, whole or metadata only as the kind is read.
+async fn list_page(
+    kind: Kind,
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+) -> Result<kube::core::ObjectList<DynamicObject>, kube::Error> {
+    match kind.reading() {
+        Reading::Whole => api.list(params).await,
+        Reading::Metadata => {
+            let page = api.list_metadata(params).await?;
+            Ok(kube::core::ObjectList {
+                types: page.types,
+                metadata: page.metadata,
+                items: page.items.into_iter().map(from_metadata).collect(),
+            })
+        }
+    }
+}
+
+/// A metadata-only object as a `DynamicObject` without data, so every kind converts alike.
+pub(crate) fn from_metadata(p: kube::core::PartialObjectMeta<DynamicObject>) -> DynamicObject {
+    DynamicObject {
+        types: p.types,
+        metadata: p.metadata,
+        data: serde_json::Value::Null,
+    }
+}
+
+/// Lists every kind once, in pages of 500, and merges `static_index` over them.
+pub async fn list_once(
+    client: kube::Client,
+    static_index: &CacheIndex,
+) -> Result<Listed, ClusterCacheError> {
+    let mut objects = Vec::new();
+    let mut notes = Vec::new();
+    for kind in Kind::ALL {
+        let api = api(kind, client.clone());
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let page = match list_page(kind, &api, &params).await {
+                Ok(page) => page,
+                Err(e) if kind.is_custom() && is_not_found(&e) => {
+                    notes.push(format!("{kind}: the CRD is not installed; none listed"));
+                    break;
+                }
+                Err(source) => return Err(ClusterCacheError::List { kind, source }),
+            };
+            for obj in page.items {
+                let key = object_key(&obj);
+                match convert(kind, obj) {
+                    Ok(c) => objects.push(c),
+                    Err(why) => notes.push(format!("{} skipped: {why}", describe(kind, &key))),
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    Ok(Listed {
+        index: build_index(static_index, &objects),
+        notes,
+    })
+}
+
+/// [`list_once`] for synchronous callers (`review --from-cluster`), with the client of the current
+/// kubeconfig context (or the in-cluster configuration).
+pub fn list_once_blocking(static_index: &CacheIndex) -> Result<Listed, ClusterCacheError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClusterCacheError::Runtime)?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(ClusterCacheError::Client)?;
+        list_once(client, static_index).await
+    })
+}

@@ -1,0 +1,147 @@
+//! The policy flags of SPEC.md §2 on the command line, shared by `serve`, `review` and `audit`.
+//!
+//! Every flag is also an environment variable `MODELGATE_<NAME>`. Values are checked while the
+//! command line is parsed (with the core's checks), so an invalid one stops the program with exit
+//! code 2 and a one-line error that names the flag and the accepted range, before anything else
+//! happens. [`PolicyArgs::into_config`] gives the core's plain [`PolicyConfig`].
+
+use clap::{Args, ValueEnum};
+
+use crate::config::{
+    CacheLayout, IdSetting, PolicyConfig, PrepMode, absolute_path, non_empty, parse_fsgroup,
+    parse_gid_or_none, parse_init_container_user, parse_uid_or_none,
+};
+use crate::namespaces::Mode;
+
+/// `--model-cache-prep` ([`PrepMode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrepModeArg {
+    Always,
+    Never,
+}
+
+/// `--cache-layout` ([`CacheLayout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum CacheLayoutArg {
+    /// `models/<first 16 hex digits of SHA-256 of sourceModelUri>`: KServe 0.18 and later.
+    #[default]
+    StorageKey,
+    /// `models/<cache name>`: KServe 0.17 and older.
+    CacheName,
+}
+
+/// `--default-mode` ([`Mode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Patch and deny as the policy says.
+    #[default]
+    Enforce,
+    /// Allow without a patch; say in warnings what would change or be denied.
+    Warn,
+    /// Allow without a patch or warning; say it in audit annotations.
+    Audit,
+    /// Allow untouched.
+    Off,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Enforce => Mode::Enforce,
+            ModeArg::Warn => Mode::Warn,
+            ModeArg::Audit => Mode::Audit,
+            ModeArg::Off => Mode::Off,
+        }
+    }
+}
+
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Policy (SPEC.md §2)")]
+pub struct PolicyArgs {
+    /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
+    #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", allow_negative_numbers = true,
+          value_parser = parse_uid_or_none)]
+    pub run_as_user: IdSetting,
+
+    /// gid set alongside runAsUser; `none` never sets one.
+    #[arg(long, env = "MODELGATE_RUN_AS_GROUP", default_value = "1000", allow_negative_numbers = true,
+          value_parser = parse_gid_or_none)]
+    pub run_as_group: IdSetting,
+
+    /// fsGroup given to a pod that mounts the model cache and has none; 0 or less never sets one.
+    #[arg(long = "default-fsgroup", env = "MODELGATE_DEFAULT_FSGROUP", default_value_t = 102,
+          allow_negative_numbers = true, value_parser = parse_fsgroup)]
+    pub default_fsgroup: i64,
+
+    /// Owner of the cache root when the pod has no pod-level runAsUser (1..2147483647).
+    #[arg(long, env = "MODELGATE_INIT_CONTAINER_USER", default_value_t = 101,
+          allow_negative_numbers = true, value_parser = parse_init_container_user)]
+    pub init_container_user: i64,
+
+    /// Inject the model-cache-prep init container, or never inject it.
+    #[arg(long, env = "MODELGATE_MODEL_CACHE_PREP", value_enum, default_value_t = PrepModeArg::Always)]
+    pub model_cache_prep: PrepModeArg,
+
+    /// Image of the prep container (needs sh, chown, chmod).
+    #[arg(long, env = "MODELGATE_INIT_IMAGE", default_value = "docker.io/curlimages/curl:8.18.0",
+          value_parser = non_empty)]
+    pub init_image: String,
+
+    /// The pod volume that is the writable model cache (per pod: annotation modelgate.io/cache-volume).
+    #[arg(long, env = "MODELGATE_CACHE_VOLUME", default_value = "model-cache", value_parser = non_empty)]
+    pub cache_volume: String,
+
+    /// Where the prep container mounts the cache volume's root.
+    #[arg(long, env = "MODELGATE_CACHE_MOUNT_PATH", default_value = "/models", value_parser = absolute_path)]
+    pub cache_mount_path: String,
+
+    /// Where a resolved node-local model is mounted read-only.
+    #[arg(long, env = "MODELGATE_MODEL_MOUNT_PATH", default_value = "/mnt/models", value_parser = absolute_path)]
+    pub model_mount_path: String,
+
+    /// Directory of a model under the cache PVC's models/: storage-key (KServe 0.18+) or
+    /// cache-name (KServe 0.17 and older).
+    #[arg(long, env = "MODELGATE_CACHE_LAYOUT", value_enum, default_value_t = CacheLayoutArg::StorageKey)]
+    pub cache_layout: CacheLayoutArg,
+
+    /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
+    #[arg(
+        long = "exempt-namespace",
+        env = "MODELGATE_EXEMPT_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub exempt_namespaces: Vec<String>,
+
+    /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
+    #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = ModeArg::Enforce)]
+    pub default_mode: ModeArg,
+}
+
+impl PolicyArgs {
+    /// The core's configuration, with the exempt namespace default resolved
+    /// ([`PolicyConfig::finalize`]).
+    pub fn into_config(self) -> PolicyConfig {
+        PolicyConfig {
+            run_as_user: self.run_as_user,
+            run_as_group: self.run_as_group,
+            default_fsgroup: self.default_fsgroup,
+            init_container_user: self.init_container_user,
+            model_cache_prep: match self.model_cache_prep {
+                PrepModeArg::Always => PrepMode::Always,
+                PrepModeArg::Never => PrepMode::Never,
+            },
+            init_image: self.init_image,
+            cache_volume: self.cache_volume,
+            cache_mount_path: self.cache_mount_path,
+            model_mount_path: self.model_mount_path,
+            cache_layout: match self.cache_layout {
+                CacheLayoutArg::StorageKey => CacheLayout::StorageKey,
+                CacheLayoutArg::CacheName => CacheLayout::CacheName,
+            },
+            exempt_namespaces: self.exempt_namespaces,
+            default_mode: self.default_mode.into(),
+        }
+        // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).
+        .with_default_exemptions(std::env::var("POD_NAMESPACE").ok().as_deref())
+    }
+}

@@ -1,0 +1,95 @@
+//! Each namespace's rollout mode and Pod Security level (SPEC.md §9). The map and its rules are
+//! the core's ([`modelgate_core::namespaces`], re-exported here); this module adds where the
+//! labels come from: `--caches` files ([`insert_documents`]) and `serve`'s metadata watch
+//! ([`watch`]).
+
+pub use modelgate_core::namespaces::*;
+
+pub mod watch;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::documents::Document;
+
+/// Adds the `v1` Namespace objects among `docs` (the others are left to other readers) and
+/// returns how many there were.
+pub fn insert_documents(namespaces: &mut Namespaces, docs: &[Document]) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for d in docs.iter().filter(|d| is_namespace(&d.value)) {
+        let name = d
+            .value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("{}: Namespace has no metadata.name", d.origin))?;
+        let labels: BTreeMap<String, String> = match d.value.pointer("/metadata/labels") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: Namespace {name}: metadata.labels must map strings to strings: {e}",
+                    d.origin
+                )
+            })?,
+        };
+        namespaces.set(name, NamespaceLabels::from_labels(&labels));
+        n += 1;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::documents::read_documents;
+    use crate::namespaces::{Mode, Namespaces};
+
+    #[test]
+    fn mode_from_label_else_default_and_unknown_is_enforce_with_a_warning() {
+        let docs = read_documents(
+            "ns.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {modelgate.io/mode: warn}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: b, labels: {modelgate.io/mode: Audit}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: c, labels: {pod-security.kubernetes.io/enforce: restricted}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: d}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+        )
+        .unwrap();
+        let mut ns = Namespaces::default();
+        assert_eq!(insert_documents(&mut ns, &docs).unwrap(), 4);
+        assert_eq!(ns.len(), 3, "only labelled namespaces are kept");
+        assert_eq!(ns.mode("a", Mode::Audit).mode, Mode::Warn);
+        let b = ns.mode("b", Mode::Off);
+        assert_eq!(b.mode, Mode::Enforce);
+        assert_eq!(
+            b.label_warning.as_deref(),
+            Some(
+                "namespace b: label modelgate.io/mode=\"Audit\" is not one of enforce, warn, \
+                 audit, off; enforcing"
+            )
+        );
+        assert_eq!(ns.mode("c", Mode::Audit).mode, Mode::Audit);
+        assert_eq!(ns.mode("unknown", Mode::Off).mode, Mode::Off);
+        assert!(ns.enforces_restricted("c"));
+        assert!(!ns.enforces_restricted("a") && !ns.enforces_restricted("d"));
+    }
+
+    #[test]
+    fn bad_namespace_objects_are_named() {
+        let docs =
+            read_documents("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap();
+        let e = insert_documents(&mut Namespaces::default(), &docs).unwrap_err();
+        assert!(e.to_string().contains("ns.yaml"), "{e}");
+        let docs = read_documents(
+            "ns.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {x: [1]}}\n",
+        )
+        .unwrap();
+        let e = insert_documents(&mut Namespaces::default(), &docs).unwrap_err();
+        assert!(
+            e.to_string().contains("Namespace a: metadata.labels"),
+            "{e}"
+        );
+    }
+}

@@ -59,6 +59,7 @@ impl FieldPath {
         for s in &self.0 {
             out.push('/');
             match s {
+                Segment::Key(k) if !k.contains(['~', '/']) => out.push_str(k),
                 Segment::Key(k) => {
                     for c in k.chars() {
                         match c {

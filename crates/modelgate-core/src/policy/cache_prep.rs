@@ -1,11 +1,6 @@
 //! SPEC.md §4: the `model-cache-prep` init container that gives the cache root its owner and mode.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ResourceRequirements, SeccompProfile, SecurityContext, VolumeMount,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Serialize;
 
 use super::view::VolumeView;
 use super::workload::Workload;
@@ -102,54 +97,114 @@ pub(super) fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
     }
 }
 
+/// The canonical prep container (SPEC.md §4) as it is written into a patch: the fields in the
+/// order the API server writes them, borrowed, so that writing it builds nothing in between.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PrepContainer<'a> {
+    command: [&'a str; 3],
+    image: &'a str,
+    name: &'static str,
+    resources: PrepResources,
+    security_context: PrepSecurityContext,
+    volume_mounts: [PrepMount<'a>; 1],
+}
+
+#[derive(Debug, Serialize)]
+struct PrepResources {
+    limits: CpuMemory,
+    requests: CpuMemory,
+}
+
+#[derive(Debug, Serialize)]
+struct CpuMemory {
+    cpu: &'static str,
+    memory: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PrepSecurityContext {
+    allow_privilege_escalation: bool,
+    capabilities: PrepCapabilities,
+    read_only_root_filesystem: bool,
+    run_as_non_root: bool,
+    run_as_user: i64,
+    seccomp_profile: PrepSeccomp,
+}
+
+#[derive(Debug, Serialize)]
+struct PrepCapabilities {
+    add: [&'static str; 2],
+    drop: [&'static str; 1],
+}
+
+#[derive(Debug, Serialize)]
+struct PrepSeccomp {
+    #[serde(rename = "type")]
+    type_: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PrepMount<'a> {
+    mount_path: &'a str,
+    name: &'a str,
+}
+
 /// The canonical prep container for a pod whose pod-level runAsUser and fsGroup (after mutation)
-/// are `pod_uid` and `fs_group`.
-pub(super) fn canonical(
+/// are `pod_uid` and `fs_group`; `command` holds its shell command ([`command`]).
+pub(super) fn canonical<'a>(
+    cfg: &'a PolicyConfig,
+    volume: &'a str,
+    command: &'a str,
+) -> PrepContainer<'a> {
+    PrepContainer {
+        command: ["sh", "-c", command],
+        image: &cfg.init_image,
+        name: PREP_CONTAINER,
+        resources: PrepResources {
+            limits: CpuMemory {
+                cpu: "100m",
+                memory: "64Mi",
+            },
+            requests: CpuMemory {
+                cpu: "10m",
+                memory: "16Mi",
+            },
+        },
+        security_context: PrepSecurityContext {
+            allow_privilege_escalation: false,
+            capabilities: PrepCapabilities {
+                add: ["CHOWN", "FOWNER"],
+                drop: ["ALL"],
+            },
+            read_only_root_filesystem: true,
+            run_as_non_root: false,
+            run_as_user: 0,
+            seccomp_profile: PrepSeccomp {
+                type_: "RuntimeDefault",
+            },
+        },
+        volume_mounts: [PrepMount {
+            mount_path: &cfg.cache_mount_path,
+            name: volume,
+        }],
+    }
+}
+
+/// The command of the canonical prep container for a pod whose pod-level runAsUser and fsGroup
+/// (after mutation) are `pod_uid` and `fs_group`.
+pub(super) fn canonical_command(
     cfg: &PolicyConfig,
-    volume: &str,
     pod_uid: Option<i64>,
     fs_group: Option<i64>,
-) -> Container {
-    let uid = pod_uid.unwrap_or(cfg.init_container_user);
-    let q = |s: &str| Quantity(s.to_string());
-    let resources = |cpu: &str, mem: &str| {
-        BTreeMap::from([("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))])
-    };
-    Container {
-        name: PREP_CONTAINER.to_string(),
-        image: Some(cfg.init_image.clone()),
-        command: Some(vec![
-            "sh".into(),
-            "-c".into(),
-            command(&cfg.cache_mount_path, uid, fs_group),
-        ]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: volume.to_string(),
-            mount_path: cfg.cache_mount_path.clone(),
-            ..Default::default()
-        }]),
-        resources: Some(ResourceRequirements {
-            requests: Some(resources("10m", "16Mi")),
-            limits: Some(resources("100m", "64Mi")),
-            ..Default::default()
-        }),
-        security_context: Some(SecurityContext {
-            run_as_user: Some(0),
-            run_as_non_root: Some(false),
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: Some(vec!["CHOWN".into(), "FOWNER".into()]),
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+) -> String {
+    command(
+        &cfg.cache_mount_path,
+        pod_uid.unwrap_or(cfg.init_container_user),
+        fs_group,
+    )
 }
 
 /// Fields the API server defaults on every container: not ours, so they may hold anything.
@@ -162,7 +217,7 @@ const DEFAULTED: [&str; 3] = [
 /// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
 /// received: every field but the defaulted ones must be canonical, including fields this code's
 /// types do not know, so nothing can ride along with a root container.
-pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &Container) -> bool {
+pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &PrepContainer) -> bool {
     let Some(raw) = w.spec.init_containers().get(index).map(|c| c.raw) else {
         return false;
     };
@@ -175,17 +230,11 @@ pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &Container)
     serde_json::to_value(canonical).is_ok_and(|c| c == serde_json::Value::Object(existing))
 }
 
-/// The canonical container for the pod as it stands (for validation), or `None` when modelgate
-/// does not manage a prep container for it (then any container of that name is refused).
-pub(super) fn canonical_for(w: &Workload, cfg: &PolicyConfig) -> Option<Container> {
-    is_managed(w, cfg).then(|| {
-        canonical(
-            cfg,
-            cache_volume_name(w, cfg),
-            w.pod_run_as_user(),
-            w.pod_fs_group(),
-        )
-    })
+/// The canonical container's command for the pod as it stands (for validation), or `None` when
+/// modelgate does not manage a prep container for it (then any container of that name is
+/// refused).
+pub(super) fn canonical_command_for(w: &Workload, cfg: &PolicyConfig) -> Option<String> {
+    is_managed(w, cfg).then(|| canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group()))
 }
 
 #[cfg(test)]
@@ -209,7 +258,7 @@ mod tests {
         assert_eq!(command("/m", 7, Some(-1)), "chown 7:0 /m && chmod 770 /m");
     }
 
-    fn judged(raw: serde_json::Value, canonical: &Container) -> bool {
+    fn judged(raw: serde_json::Value, canonical: &PrepContainer) -> bool {
         let text = serde_json::json!({ "initContainers": [raw] }).to_string();
         let spec: crate::policy::view::PodSpecView = serde_json::from_str(&text).unwrap();
         let w = Workload {
@@ -228,8 +277,39 @@ mod tests {
     #[test]
     fn canonical_ignores_only_api_server_defaults() {
         let cfg = PolicyConfig::default();
-        let c = canonical(&cfg, "model-cache", None, Some(102));
+        let cmd = canonical_command(&cfg, None, Some(102));
+        let c = canonical(&cfg, "model-cache", &cmd);
         let json = serde_json::to_value(&c).unwrap();
+        // SPEC.md §4's container, field by field.
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "name": "model-cache-prep",
+                "image": "docker.io/curlimages/curl:8.18.0",
+                "command": ["sh", "-c", "chown 0:102 /models && chmod g+rwX /models"],
+                "volumeMounts": [{"name": "model-cache", "mountPath": "/models"}],
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "16Mi"},
+                    "limits": {"cpu": "100m", "memory": "64Mi"}
+                },
+                "securityContext": {
+                    "runAsUser": 0,
+                    "runAsNonRoot": false,
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
+                    "seccompProfile": {"type": "RuntimeDefault"}
+                }
+            })
+        );
+        assert_eq!(
+            canonical_command(&cfg, Some(5000), None),
+            "chown 5000:0 /models && chmod 770 /models"
+        );
+        assert_eq!(
+            canonical_command(&cfg, None, None),
+            "chown 101:0 /models && chmod 770 /models"
+        );
         assert!(judged(json.clone(), &c));
         let mut defaulted = json.clone();
         defaulted["imagePullPolicy"] = "IfNotPresent".into();

@@ -162,10 +162,13 @@ fn set_security_fields(
     fields: Vec<(&'static str, serde_json::Value, Rule)>,
 ) {
     let mut members = Vec::with_capacity(fields.len());
+    let object_text = object.to_string();
     for (key, value, rule) in fields {
         // `object` is never the root, so `<object>.<key>` is the field's path.
-        m.changes
-            .push(Change::new(rule, format!("set {object}.{key}={value}")));
+        m.changes.push(Change::new(
+            rule,
+            format!("set {object_text}.{key}={value}"),
+        ));
         members.push((key, value));
     }
     // In key order, as the API server would write the object.
@@ -231,7 +234,8 @@ pub(crate) fn mutate_create(
         let uid = identity.run_as_user.or(w.pod_run_as_user());
         let fs_group = fs_group.or(w.pod_fs_group());
         let volume = cache_prep::cache_volume_name(w, cfg);
-        let canonical = cache_prep::canonical(cfg, volume, uid, fs_group);
+        let command = cache_prep::canonical_command(cfg, uid, fs_group);
+        let canonical = cache_prep::canonical(cfg, volume, &command);
         let init = w.spec.init_containers();
         let init_path = w.spec_path.key("initContainers");
         match init

@@ -118,10 +118,6 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     }
 
     let managed = cache_prep::is_managed(w, cfg);
-    let canonical = match checks {
-        Checks::All => cache_prep::canonical_for(w, cfg),
-        Checks::RangesOnly => None,
-    };
     for c in w.containers() {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
@@ -130,10 +126,14 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
                 Checks::RangesOnly => {}
                 Checks::All => {
+                    // Judged against the canonical container for this pod, when modelgate
+                    // manages one.
                     let is_canonical = c.list == ContainerList::Init
-                        && canonical
-                            .as_ref()
-                            .is_some_and(|canon| cache_prep::is_canonical_at(w, c.index, canon));
+                        && cache_prep::canonical_command_for(w, cfg).is_some_and(|command| {
+                            let volume = cache_prep::cache_volume_name(w, cfg);
+                            let canonical = cache_prep::canonical(cfg, volume, &command);
+                            cache_prep::is_canonical_at(w, c.index, &canonical)
+                        });
                     if is_canonical {
                         continue;
                     }

@@ -5,6 +5,7 @@
 
 pub use modelgate_core::namespaces::*;
 
+mod reflect;
 pub mod watch;
 
 use std::collections::BTreeMap;

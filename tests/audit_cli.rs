@@ -3,56 +3,21 @@
 //! continue tokens. Exit codes as `review`: 0 all allowed, 1 any denied, 2 bad input or a
 //! cluster that could not be read completely (and then nothing on stdout).
 
+#[path = "common/cli.rs"]
+mod cli;
 mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use cli::{Run, assert_exit, command, finish, fixture};
 use serde_json::{Value, json};
 use support::fake_apiserver::{FakeApiServer, NAMESPACES, WorkloadList};
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn command(args: &[&str], kubeconfig: Option<&Path>) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.arg("audit").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" || k == "KUBERNETES_SERVICE_HOST" {
-            cmd.env_remove(k);
-        }
-    }
-    match kubeconfig {
-        Some(path) => cmd.env("KUBECONFIG", path),
-        None => cmd.env("KUBECONFIG", "/nonexistent"),
-    };
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn finish(out: std::process::Output) -> Run {
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
 fn audit(args: &[&str]) -> Run {
-    finish(command(args, None).output().unwrap())
+    let mut all = vec!["audit"];
+    all.extend_from_slice(args);
+    cli::modelgate(&all)
 }
 
 /// Runs `audit` against the fake API server without blocking its runtime.
@@ -60,21 +25,14 @@ async fn audit_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
-    let mut all = vec!["--from-cluster"];
+    let mut all = vec!["audit", "--from-cluster"];
     all.extend_from_slice(args);
-    let mut cmd = command(&all, Some(&kubeconfig));
+    let mut cmd = command(&all);
+    cmd.env("KUBECONFIG", &kubeconfig);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
     finish(out)
-}
-
-fn assert_exit(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
 }
 
 fn json(run: &Run) -> Value {

@@ -1,33 +1,13 @@
 //! `modelgate review` and the rollout modes of SPEC.md §9: the real binary, with Namespace
 //! objects in its `--caches` files and `--default-mode`.
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::path::Path;
-use std::process::Command;
 
+use cli::{Run, modelgate_env, review};
 use serde_json::Value;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `modelgate review <args>` without inheriting `MODELGATE_*` from the environment.
-fn review(args: &[&str]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.arg("review").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd.output().expect("run modelgate");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 const NAMESPACES: &str = "\
 apiVersion: v1
@@ -124,13 +104,12 @@ fn default_mode_flag_and_variable() {
         run.stdout
     );
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    let out = cmd
-        .args(["review", &pod])
-        .env("MODELGATE_DEFAULT_MODE", "off")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let run = modelgate_env(
+        &["review", &pod],
+        &[("MODELGATE_DEFAULT_MODE", "off")],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
 
     let run = review(&["--default-mode", "dry-run", &pod]);
     assert_eq!(run.code, 2);

@@ -434,3 +434,46 @@ fn a_terminal_gets_a_progress_line_that_is_erased_at_the_end() {
     );
     assert_eq!(out.status.code(), Some(1), "{screen:?}");
 }
+
+/// The cluster's Namespaces are read by metadata only, as `serve` reads them; a `--caches`
+/// Namespace replaces the cluster's of the same name; Namespaces that cannot be listed leave a
+/// note rather than end the audit (only their Pod Security labels are read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_namespaces_by_metadata_with_caches_files_in_their_place() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    let prep_in_locked = |run: &Run| {
+        run.stdout
+            .split("<testcase")
+            .find(|c| c.contains("CronJob locked/nightly"))
+            .unwrap_or_else(|| panic!("{}", run.stdout))
+            .contains("model-cache-prep")
+    };
+    let run = audit_cluster(&api, &["-o", "junit"]).await;
+    assert!(!prep_in_locked(&run), "locked is restricted in the cluster");
+    let counts = api.counts(NAMESPACES);
+    assert_eq!(counts.lists, 1);
+    assert_eq!(counts.metadata_only, 1, "metadata only");
+
+    // A --caches file's `locked` without the Pod Security label replaces the cluster's.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("namespaces.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: locked}\n",
+    )
+    .unwrap();
+    let caches = file.to_str().unwrap();
+    let run = audit_cluster(&api, &["--caches", caches, "-o", "junit"]).await;
+    assert!(prep_in_locked(&run), "the file's locked is not restricted");
+
+    // Namespaces refused: a note that says what is unknown, and the audit goes on.
+    api.fail_lists(NAMESPACES, Some(403));
+    let run = audit_cluster(&api, &["-o", "json"]).await;
+    assert_exit(&run, 1);
+    let notes = json(&run)["notes"].to_string();
+    assert!(
+        notes.contains("cannot list namespaces (") && notes.contains("(403)"),
+        "{notes}"
+    );
+}

@@ -42,22 +42,17 @@ pub(crate) trait Rules {
     type Object;
     type Objects: Objects;
     /// The key an object is kept under (what a `Delete` removes).
-    fn key(&self, object: &Self::Object) -> <Self::Objects as Objects>::Key;
+    fn key(&self, object: &Self::Object) -> Key<Self>;
     /// What is kept of the object and under which key, or its key and why it cannot be used.
-    #[allow(clippy::type_complexity)]
-    fn convert(
-        &self,
-        object: Self::Object,
-    ) -> Result<
-        (
-            <Self::Objects as Objects>::Key,
-            <Self::Objects as Objects>::Value,
-        ),
-        (<Self::Objects as Objects>::Key, String),
-    >;
+    fn convert(&self, object: Self::Object) -> Conversion<Self>;
     /// The object as a log line names it.
-    fn describe(&self, key: &<Self::Objects as Objects>::Key) -> String;
+    fn describe(&self, key: &Key<Self>) -> String;
 }
+
+type Key<R> = <<R as Rules>::Objects as Objects>::Key;
+type Value<R> = <<R as Rules>::Objects as Objects>::Value;
+/// The key and what is kept, or the key and why nothing is.
+type Conversion<R> = Result<(Key<R>, Value<R>), (Key<R>, String)>;
 
 /// What one event did to the objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

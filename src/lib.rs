@@ -24,4 +24,5 @@ pub mod cache;
 pub mod cli;
 pub mod documents;
 pub mod namespaces;
+mod reflector;
 pub mod server;

@@ -1,10 +1,12 @@
 //! Each namespace's rollout mode and Pod Security level (SPEC.md §9). The map and its rules are
 //! the core's ([`modelgate_core::namespaces`], re-exported here); this module adds where the
-//! labels come from: `--caches` files ([`insert_documents`]) and `serve`'s metadata watch
-//! ([`watch`]).
+//! labels come from: `--caches` files ([`NamespaceDocuments`]), a one-time list of the cluster
+//! ([`list`], `review` and `audit --from-cluster`) and `serve`'s metadata watch ([`watch`]).
 
 pub use modelgate_core::namespaces::*;
 
+pub mod list;
+mod reflect;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -16,27 +18,53 @@ use crate::documents::Document;
 /// Adds the `v1` Namespace objects among `docs` (the others are left to other readers) and
 /// returns how many there were.
 pub fn insert_documents(namespaces: &mut Namespaces, docs: &[Document]) -> anyhow::Result<usize> {
-    let mut n = 0;
-    for d in docs.iter().filter(|d| is_namespace(&d.value)) {
-        let name = d
-            .value
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| anyhow::anyhow!("{}: Namespace has no metadata.name", d.origin))?;
-        let labels: BTreeMap<String, String> = match d.value.pointer("/metadata/labels") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: Namespace {name}: metadata.labels must map strings to strings: {e}",
-                    d.origin
-                )
-            })?,
-        };
-        namespaces.set(name, NamespaceLabels::from_labels(&labels));
-        n += 1;
-    }
+    let mut read = NamespaceDocuments::default();
+    let n = read.read(docs)?;
+    *namespaces = read.over(std::mem::take(namespaces));
     Ok(n)
+}
+
+/// The Namespaces of files (`--caches`), in order. Each replaces a namespace of the same name
+/// from elsewhere (the cluster's, in `review` and `audit --from-cluster`) whole: a file
+/// Namespace without the labels leaves that namespace unlabelled.
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceDocuments(Vec<(String, Option<NamespaceLabels>)>);
+
+impl NamespaceDocuments {
+    /// Reads the `v1` Namespace objects among `docs` and returns how many there were. One
+    /// without a name, or whose labels are not strings, is an error naming its document.
+    pub fn read(&mut self, docs: &[Document]) -> anyhow::Result<usize> {
+        let mut n = 0;
+        for d in docs.iter().filter(|d| is_namespace(&d.value)) {
+            let name = d
+                .value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| anyhow::anyhow!("{}: Namespace has no metadata.name", d.origin))?;
+            let labels: BTreeMap<String, String> = match d.value.pointer("/metadata/labels") {
+                None | Some(Value::Null) => BTreeMap::new(),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: Namespace {name}: metadata.labels must map strings to strings: {e}",
+                        d.origin
+                    )
+                })?,
+            };
+            self.0
+                .push((name.to_string(), NamespaceLabels::from_labels(&labels)));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// `base` with these namespaces in place of its own of the same name.
+    pub fn over(&self, mut base: Namespaces) -> Namespaces {
+        for (name, labels) in &self.0 {
+            base.set(name, labels.clone());
+        }
+        base
+    }
 }
 
 #[cfg(test)]
@@ -91,5 +119,35 @@ mod tests {
             e.to_string().contains("Namespace a: metadata.labels"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn file_namespaces_replace_those_of_the_same_name_whole() {
+        let mut cluster = Namespaces::default();
+        let labels = |mode: &str| {
+            NamespaceLabels::from_labels(&BTreeMap::from([(
+                MODE_LABEL.to_string(),
+                mode.to_string(),
+            )]))
+        };
+        cluster.set("a", labels("warn"));
+        cluster.set("b", labels("audit"));
+        cluster.set("c", labels("off"));
+        let docs = read_documents(
+            "ns.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {modelgate.io/mode: 'off'}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let mut files = NamespaceDocuments::default();
+        assert_eq!(files.read(&docs).unwrap(), 2);
+        let ns = files.over(cluster);
+        assert_eq!(ns.mode("a", Mode::Enforce).mode, Mode::Off);
+        assert_eq!(
+            ns.mode("b", Mode::Enforce).mode,
+            Mode::Enforce,
+            "a file Namespace without the label unlabels it"
+        );
+        assert_eq!(ns.mode("c", Mode::Enforce).mode, Mode::Off, "untouched");
     }
 }

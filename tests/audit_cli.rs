@@ -3,56 +3,21 @@
 //! continue tokens. Exit codes as `review`: 0 all allowed, 1 any denied, 2 bad input or a
 //! cluster that could not be read completely (and then nothing on stdout).
 
+#[path = "common/cli.rs"]
+mod cli;
 mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use cli::{Run, assert_exit, command, finish, fixture};
 use serde_json::{Value, json};
 use support::fake_apiserver::{FakeApiServer, NAMESPACES, WorkloadList};
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn command(args: &[&str], kubeconfig: Option<&Path>) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.arg("audit").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" || k == "KUBERNETES_SERVICE_HOST" {
-            cmd.env_remove(k);
-        }
-    }
-    match kubeconfig {
-        Some(path) => cmd.env("KUBECONFIG", path),
-        None => cmd.env("KUBECONFIG", "/nonexistent"),
-    };
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn finish(out: std::process::Output) -> Run {
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
 fn audit(args: &[&str]) -> Run {
-    finish(command(args, None).output().unwrap())
+    let mut all = vec!["audit"];
+    all.extend_from_slice(args);
+    cli::modelgate(&all)
 }
 
 /// Runs `audit` against the fake API server without blocking its runtime.
@@ -60,21 +25,14 @@ async fn audit_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
-    let mut all = vec!["--from-cluster"];
+    let mut all = vec!["audit", "--from-cluster"];
     all.extend_from_slice(args);
-    let mut cmd = command(&all, Some(&kubeconfig));
+    let mut cmd = command(&all);
+    cmd.env("KUBECONFIG", &kubeconfig);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
     finish(out)
-}
-
-fn assert_exit(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
 }
 
 fn json(run: &Run) -> Value {
@@ -475,4 +433,47 @@ fn a_terminal_gets_a_progress_line_that_is_erased_at_the_end() {
         "erased before the report: {screen:?}"
     );
     assert_eq!(out.status.code(), Some(1), "{screen:?}");
+}
+
+/// The cluster's Namespaces are read by metadata only, as `serve` reads them; a `--caches`
+/// Namespace replaces the cluster's of the same name; Namespaces that cannot be listed leave a
+/// note rather than end the audit (only their Pod Security labels are read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_namespaces_by_metadata_with_caches_files_in_their_place() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    let prep_in_locked = |run: &Run| {
+        run.stdout
+            .split("<testcase")
+            .find(|c| c.contains("CronJob locked/nightly"))
+            .unwrap_or_else(|| panic!("{}", run.stdout))
+            .contains("model-cache-prep")
+    };
+    let run = audit_cluster(&api, &["-o", "junit"]).await;
+    assert!(!prep_in_locked(&run), "locked is restricted in the cluster");
+    let counts = api.counts(NAMESPACES);
+    assert_eq!(counts.lists, 1);
+    assert_eq!(counts.metadata_only, 1, "metadata only");
+
+    // A --caches file's `locked` without the Pod Security label replaces the cluster's.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("namespaces.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: locked}\n",
+    )
+    .unwrap();
+    let caches = file.to_str().unwrap();
+    let run = audit_cluster(&api, &["--caches", caches, "-o", "junit"]).await;
+    assert!(prep_in_locked(&run), "the file's locked is not restricted");
+
+    // Namespaces refused: a note that says what is unknown, and the audit goes on.
+    api.fail_lists(NAMESPACES, Some(403));
+    let run = audit_cluster(&api, &["-o", "json"]).await;
+    assert_exit(&run, 1);
+    let notes = json(&run)["notes"].to_string();
+    assert!(
+        notes.contains("cannot list namespaces (") && notes.contains("(403)"),
+        "{notes}"
+    );
 }

@@ -4,6 +4,8 @@
 //!
 //! Every wait is a poll with a 10 s deadline; nothing sleeps for a fixed time.
 
+#[path = "common/cli.rs"]
+mod cli;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -784,11 +786,9 @@ async fn review_from_cluster_lists_once_with_the_kubeconfig_context() {
     .unwrap();
     let run = |kubeconfig: std::path::PathBuf, pods: std::path::PathBuf| {
         tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_modelgate"))
-                .args(["review", "--from-cluster", "-o", "patched-json"])
-                .arg(&pods)
+            let pods = pods.to_str().unwrap();
+            cli::command(&["review", "--from-cluster", "-o", "patched-json", pods])
                 .env("KUBECONFIG", &kubeconfig)
-                .env_remove("KUBERNETES_SERVICE_HOST")
                 .output()
                 .unwrap()
         })

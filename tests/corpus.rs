@@ -15,9 +15,13 @@
 //!
 //! When the corpus is absent the tests say so and pass.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+#[path = "common/cli.rs"]
+mod cli;
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cli::corpus_dir;
 use modelgate::admission::{Context, Webhook};
 use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
@@ -29,16 +33,6 @@ use serde_json::{Value, json};
 // ---------------------------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------------------------
-
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-    if dir.join("README.md").is_file() {
-        Some(dir)
-    } else {
-        println!("corpus not found at {}, skipping", dir.display());
-        None
-    }
-}
 
 /// The defaults of SPEC.md §2, with the exempt namespaces the binary computes (kube-system and
 /// the webhook's own namespace) written out so the test does not depend on `POD_NAMESPACE`.

@@ -105,3 +105,32 @@ async fn labels_follow_the_cluster_and_survive_an_unreachable_list() {
     assert_eq!(counts.metadata_only, counts.lists + counts.watches);
     drop(watch);
 }
+
+/// A watch request answered with HTTP 410 (its resourceVersion compacted away) leads to a fresh
+/// list, as for the cache kinds, rather than the same watch retried forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_refused_with_http_410_relists() {
+    let server = FakeApiServer::start(&[]).await;
+    server.apply(NAMESPACES, namespace("old", json!({MODE_LABEL: "off"})));
+    let store = Arc::new(NamespaceStore::new(Namespaces::default()));
+    let watch = NamespaceWatch::spawn(server.client(), store.clone(), config());
+    eventually("listed", || watch.is_listed()).await;
+    assert_eq!(mode_of(&store, "old"), Mode::Off);
+    let lists = server.counts(NAMESPACES).lists;
+
+    // Changes the watch does not see, then history it cannot resume from.
+    server.set_partitioned(true);
+    server.delete(NAMESPACES, None, "old");
+    server.apply(NAMESPACES, namespace("new", json!({MODE_LABEL: "warn"})));
+    server.compact();
+    server.set_http_410(true);
+    server.drop_watches();
+    server.set_partitioned(false);
+
+    eventually("the relist replaced the labels", || {
+        mode_of(&store, "old") == Mode::Enforce && mode_of(&store, "new") == Mode::Warn
+    })
+    .await;
+    assert!(server.counts(NAMESPACES).lists > lists);
+    drop(watch);
+}

@@ -3,100 +3,16 @@
 //!
 //! Exit codes (SPEC.md §8): 0 every object allowed, 1 at least one denied, 2 bad input or flags.
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 
 use base64::Engine as _;
+use cli::{assert_exit, corpus_dir, fixture, modelgate, modelgate_env, review};
 use serde_json::{Value, json};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn lines(&self) -> Vec<&str> {
-        self.stdout.lines().collect()
-    }
-
-    fn json_lines(&self) -> Vec<Value> {
-        self.stdout
-            .lines()
-            .map(|l| {
-                serde_json::from_str(l)
-                    .unwrap_or_else(|e| panic!("not one JSON value per line ({e}): {l}"))
-            })
-            .collect()
-    }
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-    if dir.join("README.md").is_file() {
-        Some(dir)
-    } else {
-        println!("corpus not found at {}, skipping", dir.display());
-        None
-    }
-}
-
-/// Runs `modelgate <args>` with a clean policy environment (no `MODELGATE_*`, no `POD_NAMESPACE`
-/// inherited from the test's environment), plus `env`, feeding `stdin` when given.
-fn modelgate_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().copied());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("the modelgate binary starts");
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(text.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
-    }
-}
-
-fn modelgate(args: &[&str]) -> Run {
-    modelgate_env(args, &[], None)
-}
-
-fn review(args: &[&str]) -> Run {
-    let mut all = vec!["review"];
-    all.extend_from_slice(args);
-    modelgate(&all)
-}
-
-fn assert_exit(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-}
 
 fn decode_patch(b64: &str) -> Vec<Value> {
     let bytes = base64::engine::general_purpose::STANDARD
@@ -1181,11 +1097,8 @@ fn yaml_errors_name_the_document_and_the_file_line() {
 fn a_reader_that_leaves_early_does_not_turn_into_an_error() {
     // Two objects, the second denied; stdout is closed before anything is written.
     let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: x, securityContext: {runAsUser: 0}}]}\n";
-    let mut child = Command::new(env!("CARGO_BIN_EXE_modelgate"))
-        .args(["review", "-"])
+    let mut child = cli::command(&["review", "-"])
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take());

@@ -1,33 +1,15 @@
 //! `modelgate review` and the rollout modes of SPEC.md §9: the real binary, with Namespace
 //! objects in its `--caches` files and `--default-mode`.
 
+#[path = "common/cli.rs"]
+mod cli;
+mod support;
+
 use std::path::Path;
-use std::process::Command;
 
-use serde_json::Value;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `modelgate review <args>` without inheriting `MODELGATE_*` from the environment.
-fn review(args: &[&str]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.arg("review").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd.output().expect("run modelgate");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use cli::{Run, modelgate_env, review};
+use serde_json::{Value, json};
+use support::fake_apiserver::{FakeApiServer, NAMESPACES as CLUSTER_NAMESPACES};
 
 const NAMESPACES: &str = "\
 apiVersion: v1
@@ -124,13 +106,12 @@ fn default_mode_flag_and_variable() {
         run.stdout
     );
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    let out = cmd
-        .args(["review", &pod])
-        .env("MODELGATE_DEFAULT_MODE", "off")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let run = modelgate_env(
+        &["review", &pod],
+        &[("MODELGATE_DEFAULT_MODE", "off")],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
 
     let run = review(&["--default-mode", "dry-run", &pod]);
     assert_eq!(run.code, 2);
@@ -207,5 +188,116 @@ fn the_summary_shows_audit_annotations() {
         ),
         "{}",
         run.stdout
+    );
+}
+
+/// `review --from-cluster <args>` against the fake API server, without blocking its runtime.
+async fn review_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut all = vec!["review", "--from-cluster"];
+    all.extend_from_slice(args);
+    let mut cmd = cli::command(&all);
+    cmd.env("KUBECONFIG", &kubeconfig);
+    tokio::task::spawn_blocking(move || cli::run(cmd, None))
+        .await
+        .unwrap()
+}
+
+/// With `--from-cluster`, each namespace's mode and Pod Security level are the cluster's, as
+/// `serve` reads them (metadata only); a `--caches` Namespace replaces the cluster's of the
+/// same name, labels and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_cluster_namespaces_set_each_objects_mode_and_files_replace_them() {
+    let api = FakeApiServer::start(&[]).await;
+    let namespace =
+        |name: &str, labels: Value| json!({"metadata": {"name": name, "labels": labels}});
+    api.apply(
+        CLUSTER_NAMESPACES,
+        namespace("team-warn", json!({"modelgate.io/mode": "warn"})),
+    );
+    api.apply(
+        CLUSTER_NAMESPACES,
+        namespace("team-off", json!({"modelgate.io/mode": "off"})),
+    );
+    api.apply(
+        CLUSTER_NAMESPACES,
+        namespace("team-file", json!({"modelgate.io/mode": "off"})),
+    );
+    api.apply(
+        CLUSTER_NAMESPACES,
+        namespace(
+            "team-restricted",
+            json!({"pod-security.kubernetes.io/enforce": "restricted"}),
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // The file's team-file has no mode label: it replaces the cluster's `off` with nothing.
+    let files = write(
+        dir.path(),
+        "namespaces.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-file}\n",
+    );
+    let pods: String = ["team-warn", "team-off", "team-file", "team-plain"]
+        .iter()
+        .map(|n| root_pod(n))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let pods = write(dir.path(), "pods.yaml", &pods);
+    let run = review_cluster(&api, &["--caches", &files, &pods, "-o", "review"]).await;
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let r = responses(&run);
+    assert_eq!(r[0]["allowed"], true, "warn: {}", r[0]);
+    assert!(
+        r[0]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("would deny: ")
+    );
+    assert_eq!(r[1]["allowed"], true, "off: {}", r[1]);
+    assert!(r[1].get("warnings").is_none());
+    assert_eq!(
+        r[2]["allowed"], false,
+        "the file's team-file enforces: {}",
+        r[2]
+    );
+    assert_eq!(r[3]["allowed"], false, "no label: --default-mode: {}", r[3]);
+    let counts = api.counts(CLUSTER_NAMESPACES);
+    assert_eq!(
+        (counts.lists, counts.watches),
+        (1, 0),
+        "listed once, never watched"
+    );
+    assert_eq!(counts.metadata_only, 1, "metadata only");
+
+    // The cluster's Pod Security level: no root prep in team-restricted.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-restricted}\n\
+               spec:\n  containers: [{name: c, image: x}]\n  volumes:\n  \
+               - {name: model-cache, persistentVolumeClaim: {claimName: cache}}\n";
+    let pod = write(dir.path(), "pod.yaml", pod);
+    let run = review_cluster(&api, &[&pod, "-o", "patched-json"]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let patched: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert!(patched["spec"].get("initContainers").is_none(), "{patched}");
+}
+
+/// Namespaces that cannot be listed are an error, not a silent `--default-mode`: the mode
+/// decides the verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_cluster_without_permission_to_list_namespaces_is_an_error() {
+    let api = FakeApiServer::start(&[]).await;
+    api.fail_lists(CLUSTER_NAMESPACES, Some(403));
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(dir.path(), "pod.yaml", &root_pod("team-a"));
+    let run = review_cluster(&api, &[&pod]).await;
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let line = run.stderr.trim();
+    assert!(
+        line.starts_with("error: cannot list namespaces: ")
+            && line.contains("(403)")
+            && line.contains("RBAC: list on namespaces"),
+        "{line}"
     );
 }

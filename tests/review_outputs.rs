@@ -1,34 +1,10 @@
 //! `modelgate review`'s reports for people and CI (the real binary): `-o diff`, `-o junit`, and
 //! denials that point at the user's file and line.
 
-use std::process::{Command, Stdio};
+#[path = "common/cli.rs"]
+mod cli;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn review(args: &[&str]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelgate"));
-    cmd.arg("review").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MODELGATE_") || k == "POD_NAMESPACE" {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
+use cli::review;
 
 /// Three documents: a pod denied on line 15, a JSON-written pod that gets patched, a pod whose
 /// uid is a string (line 29).

@@ -226,11 +226,11 @@ fn dev_mode_from_a_fresh_directory_answers_the_printed_curl_command() {
         std::fs::read(dir.path().join("certs/tls.crt")).unwrap(),
         cert
     );
-    assert!(
-        server.logs().contains(r#""reused":true"#),
-        "{}",
-        server.logs()
-    );
+    // The curl command is printed on stdout at once; log lines reach stderr a moment later.
+    wait_until(Duration::from_secs(5), || {
+        server.logs().contains(r#""reused":true"#).then_some(())
+    })
+    .unwrap_or_else(|| panic!("reuse not logged: {}", server.logs()));
     let answer = run_curl(dir.path(), &curl_again);
     assert_eq!(answer["response"]["uid"], sample["request"]["uid"]);
 }

@@ -50,7 +50,11 @@ async fn mutual_tls_serves_only_clients_signed_by_the_client_ca() {
             assert!(result.is_err(), "{proto:?}, {who}: served: {result:?}");
         }
     }
-    assert!(server.logs().contains("TLS handshake failed"));
+    // Log lines are written by a flusher, a moment after the event.
+    wait_until(Duration::from_secs(5), || {
+        server.logs().contains("TLS handshake failed").then_some(())
+    })
+    .unwrap_or_else(|| panic!("not logged: TLS handshake failed: {}", server.logs()));
 }
 
 /// The layout of a mounted Secret: `..<timestamp>/` folders, a `..data` symlink to the current
@@ -248,7 +252,19 @@ async fn rotation_by_symlink_swap_under_load_loses_no_request() {
     );
     let (status, _) = server.probe_get("/readyz").await.unwrap();
     assert_eq!(status, StatusCode::OK);
-    assert!(server.logs().contains("the last good one stays in use"));
+    // Log lines are written by a flusher, a moment after the event.
+    wait_until(Duration::from_secs(5), || {
+        server
+            .logs()
+            .contains("the last good one stays in use")
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not logged: the last good one stays in use: {}",
+            server.logs()
+        )
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

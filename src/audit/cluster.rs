@@ -1,7 +1,8 @@
-//! What `audit --from-cluster` reads: the audited kinds and the Namespaces (for their Pod
-//! Security labels), with list calls only (never a watch, never a write), in pages of `limit`
-//! objects followed by `continue` tokens, so that a cluster of 50 000 pods is read a page at a
-//! time and each page is evaluated and dropped before the next one is asked for.
+//! What `audit --from-cluster` reads of the workloads (the Namespaces are
+//! [`crate::namespaces::list`]'s): the audited kinds, with list calls only (never a watch, never
+//! a write), in pages of `limit` objects followed by `continue` tokens, so that a cluster of
+//! 50 000 pods is read a page at a time and each page is evaluated and dropped before the next
+//! one is asked for.
 //!
 //! The audit is all or nothing: when one list fails (a namespace the user may not read, an
 //! expired `continue` token), the error names the resource and the namespace, and no report is
@@ -42,7 +43,7 @@ pub enum ListError {
 }
 
 /// The API's own words for a failed call: `Forbidden (403): pods is forbidden: …`.
-fn reason(e: &kube::Error) -> String {
+pub(crate) fn reason(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.code == 410 => format!(
             "{} (410): {}; the list changed too much while it was paged: run the audit again, \
@@ -124,30 +125,4 @@ pub async fn list_workloads(
         }
     }
     Ok(())
-}
-
-/// The cluster's Namespaces (for their Pod Security labels), or why they could not be listed.
-pub async fn list_namespaces(client: &kube::Client, page_size: u32) -> Result<Vec<Value>, String> {
-    let ar = ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Namespace".into(),
-        plural: "namespaces".into(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let mut params = ListParams::default().limit(page_size);
-    let mut out = Vec::new();
-    loop {
-        let page = api.list(&params).await.map_err(|e| reason(&e))?;
-        out.extend(
-            page.items
-                .into_iter()
-                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
-        );
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
 }

@@ -108,18 +108,3 @@ pub async fn list_once(
         notes,
     })
 }
-
-/// [`list_once`] for synchronous callers (`review --from-cluster`), with the client of the current
-/// kubeconfig context (or the in-cluster configuration).
-pub fn list_once_blocking(static_index: &CacheIndex) -> Result<Listed, ClusterCacheError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClusterCacheError::Runtime)?;
-    runtime.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(ClusterCacheError::Client)?;
-        list_once(client, static_index).await
-    })
-}

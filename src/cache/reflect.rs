@@ -1,113 +1,68 @@
-//! The event rules of one watched kind, as a pure transition (after kube-runtime's
-//! `Writer::apply_watcher_event`): what each watcher event does to the kind's converted
-//! objects. [`super::watch`] feeds it the events of the cluster and decides what to log and when
-//! to publish; the rules are tested here without an API server.
+//! The cache kinds' half of the event rules ([`crate::reflector`]): what a watched object of one
+//! [`Kind`] becomes (its conversion, under its key). [`super::watch`] runs one watch per kind
+//! with them; the rules are tested here without an API server.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use kube::api::DynamicObject;
-use kube::runtime::watcher::Event;
-use tracing::warn;
 
-use super::cluster::{Kind, KindObjects, convert, describe, object_key};
+use super::cluster::{Converted, Kind, KindObjects, ObjectKey, convert, describe, object_key};
+use crate::reflector::{Objects, Rules};
 
-/// What one event did to the kind's objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Applied {
-    /// Nothing visible: a list in progress gathers its objects aside.
-    Nothing,
-    /// A list completed and replaced the kind's objects; this many were usable.
-    Listed(usize),
-    /// An object was added, replaced or removed.
-    Changed,
+impl Objects for KindObjects {
+    type Key = ObjectKey;
+    type Value = Arc<Converted>;
+
+    fn insert(&mut self, key: ObjectKey, value: Arc<Converted>) {
+        std::collections::HashMap::insert(self, key, value);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        std::collections::HashMap::remove(self, key);
+    }
+
+    fn len(&self) -> usize {
+        std::collections::HashMap::len(self)
+    }
 }
 
-/// The rules:
-/// - a list (`Init`, `InitApply`…, `InitDone`) is gathered aside and replaces the objects only
-///   once complete, so a relist never shows a half-listed kind;
-/// - `Apply` converts and upserts; an object that no longer converts is removed (its last good
-///   version must not keep routing pods) with a warning;
-/// - `Delete` removes;
-/// - an object of a list that does not convert is skipped with a warning;
-/// - after a stream error ([`KindWriter::reset`]) a partial list is dropped and the objects stay.
-pub(crate) struct KindWriter {
-    kind: Kind,
-    listing: Option<KindObjects>,
-}
+/// The rules of one cache kind: an object is kept as its conversion, under its shared key when
+/// it has one; one that does not convert is not kept.
+pub(crate) struct KindRules(pub(crate) Kind);
 
-impl KindWriter {
-    pub(crate) fn new(kind: Kind) -> Self {
-        KindWriter {
-            kind,
-            listing: None,
+impl Rules for KindRules {
+    type Object = DynamicObject;
+    type Objects = KindObjects;
+
+    fn key(&self, object: &DynamicObject) -> ObjectKey {
+        object_key(object)
+    }
+
+    fn convert(
+        &self,
+        object: DynamicObject,
+    ) -> Result<(ObjectKey, Arc<Converted>), (ObjectKey, String)> {
+        let key = object_key(&object);
+        match convert(self.0, object) {
+            Ok(c) => Ok((c.shared_key().unwrap_or(key), Arc::new(c))),
+            Err(why) => Err((key, why)),
         }
     }
 
-    /// Applies one event to `objects`, locking it only to write (conversion happens outside).
-    pub(crate) fn apply(
-        &mut self,
-        event: Event<DynamicObject>,
-        objects: &Mutex<KindObjects>,
-    ) -> Applied {
-        let kind = self.kind;
-        let lock = || objects.lock().unwrap_or_else(PoisonError::into_inner);
-        match event {
-            Event::Init => {
-                self.listing = Some(KindObjects::new());
-                Applied::Nothing
-            }
-            Event::InitApply(obj) => {
-                let key = object_key(&obj);
-                match convert(kind, obj) {
-                    Ok(c) => {
-                        let key = c.shared_key().unwrap_or(key);
-                        self.listing
-                            .get_or_insert_default()
-                            .insert(key, Arc::new(c));
-                    }
-                    Err(why) => warn!("{} skipped: {why}", describe(kind, &key)),
-                }
-                Applied::Nothing
-            }
-            Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                let n = listed.len();
-                *lock() = listed;
-                Applied::Listed(n)
-            }
-            Event::Apply(obj) => {
-                let key = object_key(&obj);
-                let converted = convert(kind, obj);
-                let mut objects = lock();
-                match converted {
-                    Ok(c) => {
-                        objects.insert(c.shared_key().unwrap_or(key), Arc::new(c));
-                    }
-                    Err(why) => {
-                        warn!("{} ignored: {why}", describe(kind, &key));
-                        objects.remove(&key);
-                    }
-                }
-                Applied::Changed
-            }
-            Event::Delete(obj) => {
-                lock().remove(&object_key(&obj));
-                Applied::Changed
-            }
-        }
-    }
-
-    /// The stream failed: a list in progress will be started again from `Init`.
-    pub(crate) fn reset(&mut self) {
-        self.listing = None;
+    fn describe(&self, key: &ObjectKey) -> String {
+        describe(self.0, key)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::cache::cluster::Converted;
+    use std::sync::Mutex;
+
+    use kube::runtime::watcher::Event;
     use serde_json::json;
+
+    use super::*;
+    use crate::reflector::{Applied, Writer};
 
     fn pvc(ns: &str, name: &str, phase: &str) -> DynamicObject {
         serde_json::from_value(json!({
@@ -141,7 +96,7 @@ mod tests {
     #[test]
     fn a_list_replaces_the_objects_only_once_complete() {
         let objects = Mutex::new(KindObjects::new());
-        let mut w = KindWriter::new(Kind::Pvc);
+        let mut w = Writer::new(KindRules(Kind::Pvc));
         assert_eq!(
             w.apply(Event::Apply(pvc("a", "old", "Bound")), &objects),
             Applied::Changed
@@ -163,7 +118,7 @@ mod tests {
     #[test]
     fn apply_upserts_delete_removes_and_an_unusable_update_removes() {
         let objects = Mutex::new(KindObjects::new());
-        let mut w = KindWriter::new(Kind::Cache);
+        let mut w = Writer::new(KindRules(Kind::Cache));
         let good = json!({"sourceModelUri": "hf://org/m", "nodeGroups": ["g"]});
         assert_eq!(
             w.apply(Event::Apply(cache("m", good.clone())), &objects),
@@ -191,7 +146,7 @@ mod tests {
     #[test]
     fn an_update_replaces_the_object_of_the_same_key() {
         let objects = Mutex::new(KindObjects::new());
-        let mut w = KindWriter::new(Kind::Pvc);
+        let mut w = Writer::new(KindRules(Kind::Pvc));
         w.apply(Event::Apply(pvc("a", "c", "Pending")), &objects);
         w.apply(Event::Apply(pvc("a", "c", "Lost")), &objects);
         let objects = objects.into_inner().unwrap();
@@ -205,7 +160,7 @@ mod tests {
     #[test]
     fn unusable_objects_of_a_list_are_skipped() {
         let objects = Mutex::new(KindObjects::new());
-        let mut w = KindWriter::new(Kind::Pvc);
+        let mut w = Writer::new(KindRules(Kind::Pvc));
         w.apply(Event::Init, &objects);
         w.apply(Event::InitApply(pvc("a", "ok", "Bound")), &objects);
         w.apply(Event::InitApply(pvc("", "no-namespace", "Bound")), &objects);
@@ -216,7 +171,7 @@ mod tests {
     #[test]
     fn a_failed_list_is_dropped_and_the_objects_stay() {
         let objects = Mutex::new(KindObjects::new());
-        let mut w = KindWriter::new(Kind::Pvc);
+        let mut w = Writer::new(KindRules(Kind::Pvc));
         w.apply(Event::Init, &objects);
         w.apply(Event::InitApply(pvc("a", "kept", "Bound")), &objects);
         w.apply(Event::InitDone, &objects);

@@ -4,7 +4,8 @@
 //! One task per kind runs a kube-runtime [`watcher`] (list, then watch from the list's
 //! resourceVersion, cluster-wide; [`metadata_watcher`] for the kinds read by metadata only, see
 //! [`Kind::reading`]) and keeps that kind's converted objects. Every kind goes through the same
-//! path ([`watch_kind`], with the event rules of [`super::reflect`]): adding one is a [`Kind`]
+//! path ([`watch_kind`]: the loop and event rules of [`crate::reflector`], with the kind's
+//! conversion from [`super::reflect`]): adding one is a [`Kind`]
 //! variant, its conversion, and nothing here. A publisher task rebuilds the whole index from
 //! every kind plus the static `--caches` objects and publishes it to the [`CacheStore`], at
 //! most once per debounce interval however many events arrive. An
@@ -34,19 +35,21 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
-use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, DefaultBackoff, Event, watcher};
+use kube::runtime::watcher::{self, Event, watcher};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::cluster::{Converted, Kind, KindObjects, Reading, build_index};
 use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
-use super::reflect::{Applied, KindWriter};
+use super::reflect::KindRules;
 use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
+pub use crate::reflector::WatchBackoff;
+use crate::reflector::{self, Watched};
 
 /// The cluster-cache flags `serve` flattens into its arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -147,49 +150,6 @@ impl Readiness {
     pub async fn wait(&mut self) {
         // An error means the watch is gone; its last word stands.
         let _ = self.0.wait_for(|ready| *ready).await;
-    }
-}
-
-/// How a failing list or watch is retried.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WatchBackoff {
-    /// kube-runtime's default, after client-go: 0.8 s doubling to 30 s, with jitter.
-    Default,
-    /// Doubling from `min` to `max`, without jitter (tests).
-    Exponential { min: Duration, max: Duration },
-}
-
-impl WatchBackoff {
-    pub(crate) fn build(&self) -> Box<dyn Backoff> {
-        match *self {
-            WatchBackoff::Default => Box::new(DefaultBackoff::default()),
-            WatchBackoff::Exponential { min, max } => Box::new(Doubling {
-                min,
-                max,
-                next: min,
-            }),
-        }
-    }
-}
-
-struct Doubling {
-    min: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Iterator for Doubling {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let current = self.next;
-        self.next = current.saturating_mul(2).min(self.max);
-        Some(current)
-    }
-}
-
-impl Backoff for Doubling {
-    fn reset(&mut self) {
-        self.next = self.min;
     }
 }
 
@@ -412,7 +372,7 @@ fn kind_stream(
     kind: Kind,
     client: kube::Client,
     config: watcher::Config,
-) -> futures::stream::BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
+) -> BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
     match kind.reading() {
         Reading::Whole => watcher(api(kind, client), config).boxed(),
         // An Api of PartialObjectMeta makes metadata-only requests.
@@ -433,6 +393,76 @@ fn kind_stream(
     }
 }
 
+/// One kind's watch, on the shared loop of [`crate::reflector`].
+struct KindWatch {
+    kind: Kind,
+    client: kube::Client,
+    config: watcher::Config,
+    shared: Arc<Shared>,
+    metrics: CacheMetrics,
+    crd_missing: bool,
+    listed: bool,
+}
+
+impl Watched for KindWatch {
+    type Rules = KindRules;
+
+    fn name(&self) -> String {
+        self.kind.to_string()
+    }
+
+    fn stream(&self) -> BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
+        kind_stream(self.kind, self.client.clone(), self.config.clone())
+    }
+
+    fn objects(&self) -> &Mutex<KindObjects> {
+        &self.shared.kind(self.kind).objects
+    }
+
+    fn listed(&mut self, n: usize) {
+        let kind = self.kind;
+        if self.crd_missing {
+            info!("{kind}: the CRD is installed now; {n} objects listed");
+            self.crd_missing = false;
+        } else if !self.listed {
+            info!("{kind}: {n} objects listed");
+        } else {
+            info!("{kind}: relisted, {n} objects");
+        }
+        self.listed = true;
+        mark_synced(kind, self.shared.kind(kind), &self.metrics);
+    }
+
+    fn changed(&mut self) {
+        self.shared.dirty.notify_one();
+    }
+
+    fn failed(&mut self, e: &watcher::Error) {
+        let kind = self.kind;
+        self.metrics.watch_restarted(kind);
+        match e {
+            watcher::Error::InitialListFailed(err) if kind.is_custom() && is_not_found(err) => {
+                if self.crd_missing {
+                    debug!("{kind}: the CRD is still not installed");
+                } else {
+                    warn!(
+                        "{kind}: the CRD is not installed (404); counted as empty and retried \
+                         in the background"
+                    );
+                    self.crd_missing = true;
+                }
+                let state = self.shared.kind(kind);
+                if !state.synced.load(Ordering::Acquire) {
+                    mark_synced(kind, state, &self.metrics);
+                    self.shared.dirty.notify_one();
+                }
+            }
+            e if reflector::relists(e) => {}
+            _ => warn!("{kind}: {e}; retrying, the last known objects stay in use"),
+        }
+    }
+}
+
 /// Watches one kind for as long as the task lives.
 async fn watch_kind(
     kind: Kind,
@@ -441,80 +471,19 @@ async fn watch_kind(
     metrics: CacheMetrics,
     config: CacheWatchConfig,
 ) {
-    let state = shared.kind(kind);
-    let wc = watcher::Config {
-        timeout: config.watch_timeout,
-        ..watcher::Config::default()
+    let watched = KindWatch {
+        kind,
+        client,
+        config: watcher::Config {
+            timeout: config.watch_timeout,
+            ..watcher::Config::default()
+        },
+        shared,
+        metrics,
+        crd_missing: false,
+        listed: false,
     };
-    // The backoff is applied here rather than with `WatchStreamExt::backoff`: that one resets on
-    // every `Ok` item, and the watcher emits `Init` before each list attempt, so a list that keeps
-    // failing (a missing CRD) would be retried at the minimum delay forever. Here only progress
-    // (a complete list, an object event) resets it.
-    let mut backoff = config.backoff.build();
-    let mut crd_missing = false;
-    let mut listed = false;
-    loop {
-        let mut stream = kind_stream(kind, client.clone(), wc.clone());
-        let mut writer = KindWriter::new(kind);
-        while let Some(item) = stream.next().await {
-            let changed = match item {
-                Ok(event) => match writer.apply(event, &state.objects) {
-                    Applied::Nothing => false,
-                    Applied::Changed => true,
-                    Applied::Listed(n) => {
-                        if crd_missing {
-                            info!("{kind}: the CRD is installed now; {n} objects listed");
-                            crd_missing = false;
-                        } else if !listed {
-                            info!("{kind}: {n} objects listed");
-                        } else {
-                            info!("{kind}: relisted, {n} objects");
-                        }
-                        listed = true;
-                        mark_synced(kind, state, &metrics);
-                        true
-                    }
-                },
-                Err(e) => {
-                    metrics.watch_restarted(kind);
-                    writer.reset();
-                    match &e {
-                        watcher::Error::InitialListFailed(err)
-                            if kind.is_custom() && is_not_found(err) =>
-                        {
-                            if crd_missing {
-                                debug!("{kind}: the CRD is still not installed");
-                            } else {
-                                warn!(
-                                    "{kind}: the CRD is not installed (404); counted as empty \
-                                     and retried in the background"
-                                );
-                                crd_missing = true;
-                            }
-                            if !state.synced.load(Ordering::Acquire) {
-                                mark_synced(kind, state, &metrics);
-                                shared.dirty.notify_one();
-                            }
-                        }
-                        // kube-runtime relists after a 410 ERROR event, but retries the watch with
-                        // the same resourceVersion when the watch request itself answers 410.
-                        watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 410 => {
-                            info!("{kind}: resourceVersion expired (HTTP 410); relisting");
-                            tokio::time::sleep(backoff.next().unwrap_or_default()).await;
-                            break;
-                        }
-                        _ => warn!("{kind}: {e}; retrying, the last known objects stay in use"),
-                    }
-                    tokio::time::sleep(backoff.next().unwrap_or_default()).await;
-                    continue;
-                }
-            };
-            if changed {
-                backoff.reset();
-                shared.dirty.notify_one();
-            }
-        }
-    }
+    reflector::run(watched, KindRules(kind), &config.backoff).await;
 }
 
 fn mark_synced(kind: Kind, state: &KindState, metrics: &CacheMetrics) {
@@ -564,19 +533,6 @@ mod tests {
         }
         unsafe { std::env::remove_var("MODELGATE_NO_CLUSTER") };
         unsafe { std::env::remove_var("MODELGATE_CACHE_SYNC_TIMEOUT") };
-    }
-
-    #[test]
-    fn doubling_backoff_caps_and_resets() {
-        let mut b = WatchBackoff::Exponential {
-            min: Duration::from_millis(10),
-            max: Duration::from_millis(35),
-        }
-        .build();
-        let first: Vec<_> = (&mut b).take(4).map(|d| d.as_millis()).collect();
-        assert_eq!(first, [10, 20, 35, 35]);
-        b.reset();
-        assert_eq!(b.next(), Some(Duration::from_millis(10)));
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use crate::cache::list as cache_list;
 use crate::cli::policy::PolicyArgs;
 use crate::config::PolicyConfig;
 use crate::documents::for_each_document;
-use crate::namespaces::{Mode, NamespaceLabels, Namespaces, is_namespace};
+use crate::namespaces::{Mode, NamespaceDocuments, Namespaces, is_namespace};
 use crate::policy::Caches;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -46,7 +46,9 @@ pub struct AuditArgs {
     #[arg(value_name = "FILE|-")]
     pub inputs: Vec<PathBuf>,
 
-    /// Audit the cluster of the current kubeconfig context instead (list calls only).
+    /// Audit the cluster of the current kubeconfig context instead, with list calls only: the
+    /// workloads, the model caches, PVCs and Nodes, and the Namespaces' Pod Security labels
+    /// (--caches objects and Namespaces replace the cluster's of the same kind and name).
     #[arg(long, env = "MODELGATE_FROM_CLUSTER")]
     pub from_cluster: bool,
 
@@ -205,10 +207,11 @@ fn audit_files(
     args: &AuditArgs,
     config: &PolicyConfig,
     index: crate::cache::CacheIndex,
-    mut namespaces: Namespaces,
+    file_namespaces: NamespaceDocuments,
     keep_entries: bool,
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
+    let mut namespaces = file_namespaces.over(Namespaces::default());
     let inputs = if args.inputs.is_empty() {
         vec![PathBuf::from("-")]
     } else {
@@ -295,7 +298,7 @@ fn audit_cluster(
     args: &AuditArgs,
     config: &PolicyConfig,
     index: crate::cache::CacheIndex,
-    mut namespaces: Namespaces,
+    file_namespaces: NamespaceDocuments,
     keep_entries: bool,
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
@@ -311,24 +314,19 @@ fn audit_cluster(
         // The model caches, as `serve` would see them, so that routing is judged as enforce's.
         let listed = cache_list::list_once(client.clone(), &index).await?;
         notes.extend(listed.notes.iter().map(|n| format!("caches: {n}")));
-        match cluster::list_namespaces(&client, args.page_size).await {
-            Ok(list) => {
-                for ns in list {
-                    let name = ns.pointer("/metadata/name").and_then(Value::as_str);
-                    let labels: BTreeMap<String, String> = ns
-                        .pointer("/metadata/labels")
-                        .and_then(|l| serde_json::from_value(l.clone()).ok())
-                        .unwrap_or_default();
-                    if let Some(name) = name {
-                        namespaces.set(name, NamespaceLabels::from_labels(&labels));
-                    }
-                }
+        // The Namespaces' Pod Security labels (metadata only, as `serve` reads them), with the
+        // files' Namespaces in place of the cluster's of the same name.
+        let namespaces = match crate::namespaces::list::list_once(&client, args.page_size).await {
+            Ok(cluster) => file_namespaces.over(cluster),
+            Err(e) => {
+                notes.push(format!(
+                    "cannot list namespaces ({}): their Pod Security labels are unknown, so \
+                     no namespace is treated as restricted unless --caches files say so",
+                    cluster::reason(&e)
+                ));
+                file_namespaces.over(Namespaces::default())
             }
-            Err(reason) => notes.push(format!(
-                "cannot list namespaces ({reason}): their Pod Security labels are unknown, so \
-                 no namespace is treated as restricted"
-            )),
-        }
+        };
         let namespaces = namespaces.without_modes();
         let mut auditor = Auditor {
             ctx: Context {

@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cache::CacheIndex;
 use crate::documents::read_documents;
-use crate::namespaces::Namespaces;
+use crate::namespaces::NamespaceDocuments;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,14 +44,15 @@ pub enum Command {
     Certs(certs::CertsArgs),
 }
 
-/// `--caches FILE`, shared by `review` and `serve`.
+/// `--caches FILE`, shared by `review`, `audit` and `serve`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct CacheFiles {
     /// The cluster state to resolve against (LocalModelCache, LocalModelNamespaceCache with their
     /// status, LocalModelNodeGroup, PersistentVolumeClaim, Node) and Namespaces (their
     /// modelgate.io/mode and Pod Security labels): YAML or JSON, several documents or a List;
-    /// repeatable. Files are the whole truth: a hit needs the PVC, the cache's status and the
-    /// Nodes in them.
+    /// repeatable. Without the cluster, files are the whole truth: a hit needs the PVC, the
+    /// cache's status and the Nodes in them; with it, a file's cache object (and, with
+    /// --from-cluster, Namespace) replaces the cluster's of the same kind, namespace and name.
     #[arg(
         long = "caches",
         value_name = "FILE",
@@ -64,23 +65,25 @@ pub struct CacheFiles {
 /// What `--caches` files hold.
 pub struct LoadedFiles {
     pub index: CacheIndex,
-    pub namespaces: Namespaces,
+    /// The files' Namespaces (`review` and `audit --from-cluster` put them in place of the
+    /// cluster's of the same name).
+    pub namespaces: NamespaceDocuments,
     /// Origins of the documents that are neither cache objects nor Namespaces.
     pub skipped: Vec<String>,
 }
 
 impl CacheFiles {
-    /// Reads every file once: cache objects into the index, Namespaces into [`Namespaces`].
+    /// Reads every file once: cache objects into the index, and the Namespaces.
     /// A cache object or Namespace that does not decode is an error naming its file and document.
     pub fn load(&self) -> anyhow::Result<LoadedFiles> {
         let mut index = CacheIndex::new();
-        let mut namespaces = Namespaces::default();
+        let mut namespaces = NamespaceDocuments::default();
         let mut skipped = Vec::new();
         for p in &self.files {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("{}: cannot read", p.display()))?;
             let docs = read_documents(&p.display().to_string(), &text)?;
-            crate::namespaces::insert_documents(&mut namespaces, &docs)?;
+            namespaces.read(&docs)?;
             let not_caches = crate::cache::insert_documents(&mut index, &docs)?;
             skipped.extend(
                 not_caches

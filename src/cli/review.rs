@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 
 use super::{CacheFiles, EXIT_USAGE, junit};
 use crate::admission::{self, Context, Decision, Request, Webhook};
-use crate::cache::list;
+use crate::cache::{CacheIndex, ClusterCacheError, list};
 use crate::cli::policy::PolicyArgs;
 use crate::documents::{Document, read_documents};
+use crate::namespaces::{self, NamespaceDocuments, Namespaces};
 use crate::policy::Caches;
 use crate::policy::model_cache::{MODEL_CACHE, RESOLVED_URI};
 
@@ -58,8 +59,9 @@ pub struct ReviewArgs {
     #[command(flatten)]
     pub caches: CacheFiles,
 
-    /// Also list the cluster's cache objects, PVCs and Nodes once, with the current kubeconfig
-    /// context (--caches objects replace cluster objects of the same kind, namespace and name).
+    /// Also list the cluster's cache objects, PVCs, Nodes and Namespaces (their modelgate.io/mode
+    /// and Pod Security labels) once, with the current kubeconfig context; list calls only.
+    /// --caches objects and Namespaces replace the cluster's of the same kind, namespace and name.
     #[arg(long)]
     pub from_cluster: bool,
 
@@ -109,16 +111,18 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let config = args.policy.clone().into_config();
     let super::LoadedFiles {
         mut index,
-        namespaces,
+        namespaces: file_namespaces,
         skipped,
     } = args.caches.load()?;
     super::note_skipped(&skipped);
+    let mut namespaces = file_namespaces.over(Namespaces::default());
     if args.from_cluster {
-        let listed = list::list_once_blocking(&index)?;
-        for note in &listed.notes {
+        let cluster = list_cluster(&index, &file_namespaces)?;
+        for note in &cluster.caches.notes {
             eprintln!("note: --from-cluster: {note}");
         }
-        index = listed.index;
+        index = cluster.caches.index;
+        namespaces = cluster.namespaces;
     }
     let ctx = Context {
         config: &config,
@@ -189,6 +193,45 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         junit::write(out, "modelgate review", &[suite])?;
     }
     Ok(all_allowed)
+}
+
+/// What `--from-cluster` reads, with the files laid over it.
+struct Cluster {
+    caches: list::Listed,
+    namespaces: Namespaces,
+}
+
+/// Lists the cluster's routing objects and Namespaces once, with the current kubeconfig context
+/// (or the in-cluster configuration); the files' objects replace the cluster's of the same
+/// kind, namespace and name. A Namespace list that fails is an error like any other: a
+/// namespace's mode decides the verdict, so guessing `--default-mode` would give another one.
+fn list_cluster(
+    files: &CacheIndex,
+    file_namespaces: &NamespaceDocuments,
+) -> anyhow::Result<Cluster> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClusterCacheError::Runtime)?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(ClusterCacheError::Client)?;
+        let caches = list::list_once(client.clone(), files).await?;
+        let namespaces = namespaces::list::list_once(&client, 500)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot list namespaces: {}; review --from-cluster reads each namespace's \
+                     modelgate.io/mode and Pod Security labels (RBAC: list on namespaces)",
+                    crate::audit::cluster::reason(&e)
+                )
+            })?;
+        Ok(Cluster {
+            caches,
+            namespaces: file_namespaces.over(namespaces),
+        })
+    })
 }
 
 /// Puts, in a denial's message, the file and line before each field it names (the policy only

@@ -14,8 +14,8 @@ use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
 use crate::cache::{CacheMetrics, ClusterCacheArgs};
 use crate::cli::policy::PolicyArgs;
-use crate::namespaces::NamespaceStore;
 use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
+use crate::namespaces::{NamespaceStore, Namespaces};
 use crate::server::deadline::parse_duration;
 use crate::server::log_writer;
 use crate::server::metrics::Metrics;
@@ -240,7 +240,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let readiness = caches.readiness.clone();
     // Namespace modes: the files' Namespaces, replaced by the cluster's once listed. Until then
     // --default-mode applies to every namespace the files do not label.
-    let namespace_store = Arc::new(NamespaceStore::new(namespaces));
+    let namespace_store = Arc::new(NamespaceStore::new(namespaces.over(Namespaces::default())));
     let namespace_watch = if no_cluster {
         None
     } else {

@@ -4,14 +4,16 @@
 //!
 //! Only object metadata is requested (`PartialObjectMetadata`): labels are all that is read.
 //! The first list replaces whatever the store held (the `--caches` files' Namespaces); later
-//! events update it one namespace at a time. Errors back off and reconnect, keeping the last
-//! known labels; a failed list keeps the previous state, so an API server outage never turns
-//! every namespace back to `--default-mode`.
+//! events update it one namespace at a time. It runs on the loop every watch shares
+//! ([`crate::reflector`], with the rules of [`super::reflect`]): errors back off and reconnect,
+//! keeping the last known labels; a failed list keeps the previous state, so an API server
+//! outage never turns every namespace back to `--default-mode`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::core::PartialObjectMeta;
@@ -19,8 +21,9 @@ use kube::runtime::watcher::{self, Event, watcher};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{NamespaceLabels, NamespaceStore, Namespaces};
-use crate::cache::watch::WatchBackoff;
+use super::reflect::NamespaceRules;
+use super::{NamespaceStore, Namespaces};
+use crate::reflector::{self, WatchBackoff, Watched};
 
 /// Tuning of the watch; `Default` is what production uses.
 #[derive(Clone, Debug)]
@@ -71,12 +74,55 @@ impl NamespaceWatch {
     }
 }
 
-fn labels_of(ns: &PartialObjectMeta<Namespace>) -> Option<NamespaceLabels> {
-    NamespaceLabels::from_labels(ns.metadata.labels.iter().flatten())
+/// The Namespace watch on the shared loop of [`crate::reflector`]: every change publishes the
+/// labels whole.
+struct NamespaceWatched {
+    api: Api<PartialObjectMeta<Namespace>>,
+    config: watcher::Config,
+    store: Arc<NamespaceStore>,
+    current: Mutex<Namespaces>,
+    listed: Arc<AtomicBool>,
 }
 
-fn name_of(ns: &PartialObjectMeta<Namespace>) -> &str {
-    ns.metadata.name.as_deref().unwrap_or_default()
+impl Watched for NamespaceWatched {
+    type Rules = NamespaceRules;
+
+    fn name(&self) -> String {
+        "Namespaces".into()
+    }
+
+    fn stream(
+        &self,
+    ) -> BoxStream<'static, Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>> {
+        watcher(self.api.clone(), self.config.clone()).boxed()
+    }
+
+    fn objects(&self) -> &Mutex<Namespaces> {
+        &self.current
+    }
+
+    fn listed(&mut self, labelled: usize) {
+        if !self.listed.swap(true, Ordering::AcqRel) {
+            info!(
+                labelled,
+                "namespaces listed: modes and Pod Security levels known"
+            );
+        }
+    }
+
+    fn changed(&mut self) {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        self.store.publish(current.clone());
+    }
+
+    fn failed(&mut self, e: &watcher::Error) {
+        if !reflector::relists(e) {
+            warn!(
+                "Namespaces: {e}; retrying, the last known labels stay in use (needs RBAC \
+                 list/watch on namespaces)"
+            );
+        }
+    }
 }
 
 async fn run(
@@ -85,59 +131,15 @@ async fn run(
     config: NamespaceWatchConfig,
     listed: Arc<AtomicBool>,
 ) {
-    let wc = watcher::Config {
-        timeout: config.watch_timeout,
-        ..watcher::Config::default()
+    let watched = NamespaceWatched {
+        api,
+        config: watcher::Config {
+            timeout: config.watch_timeout,
+            ..watcher::Config::default()
+        },
+        current: Mutex::new((*store.view()).clone()),
+        store,
+        listed,
     };
-    // As for the cache kinds: only progress resets the backoff (the watcher's Init before each
-    // list attempt must not), so a list refused for lack of RBAC is not retried in a tight loop.
-    let mut backoff = config.backoff.build();
-    let mut current = (*store.view()).clone();
-    let mut stream = watcher(api, wc).boxed();
-    let mut listing: Option<Namespaces> = None;
-    while let Some(item) = stream.next().await {
-        let changed = match item {
-            Ok(Event::Init) => {
-                listing = Some(Namespaces::default());
-                false
-            }
-            Ok(Event::InitApply(ns)) => {
-                listing
-                    .get_or_insert_default()
-                    .set(name_of(&ns), labels_of(&ns));
-                false
-            }
-            Ok(Event::InitDone) => {
-                current = listing.take().unwrap_or_default();
-                if !listed.swap(true, Ordering::AcqRel) {
-                    info!(
-                        labelled = current.len(),
-                        "namespaces listed: modes and Pod Security levels known"
-                    );
-                }
-                true
-            }
-            Ok(Event::Apply(ns)) => {
-                current.set(name_of(&ns), labels_of(&ns));
-                true
-            }
-            Ok(Event::Delete(ns)) => {
-                current.remove(name_of(&ns));
-                true
-            }
-            Err(e) => {
-                listing = None;
-                warn!(
-                    "Namespaces: {e}; retrying, the last known labels stay in use (needs RBAC \
-                     list/watch on namespaces)"
-                );
-                tokio::time::sleep(backoff.next().unwrap_or_default()).await;
-                continue;
-            }
-        };
-        if changed {
-            backoff.reset();
-            store.publish(current.clone());
-        }
-    }
+    reflector::run(watched, NamespaceRules, &config.backoff).await;
 }

@@ -1,0 +1,276 @@
+//! What every watch of `serve` shares (the cache kinds, the Namespaces), after kube-runtime's
+//! reflector: the event rules as a pure transition ([`Writer::apply`], as kube-runtime's
+//! `Writer::apply_watcher_event`), and the one loop ([`run`]) that feeds it a kind's events and
+//! handles failures, backoff and relists, so that a watch only says what its objects are
+//! ([`Rules`]) and what it does when they change ([`Watched`]).
+//!
+//! The rules:
+//! - a list (`Init`, `InitApply`…, `InitDone`) is gathered aside and replaces the objects only
+//!   once complete, so a relist never shows a half-listed kind;
+//! - `Apply` converts and upserts; an object that no longer converts is removed (its last good
+//!   version must not keep being used) with a warning;
+//! - `Delete` removes;
+//! - an object of a list that does not convert is skipped with a warning;
+//! - after a stream error a partial list is dropped and the objects stay.
+//!
+//! The loop: errors back off and retry (kube-runtime's watcher relists or rewatches as the
+//! error requires), keeping the last known objects; only progress (a complete list, an object
+//! event) resets the backoff; a watch request answered with HTTP 410 starts over with a fresh
+//! list.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
+use tracing::{info, warn};
+
+/// A kind's objects as a watch keeps them: what a complete list replaces and events edit.
+pub(crate) trait Objects: Default {
+    type Key;
+    type Value;
+    fn insert(&mut self, key: Self::Key, value: Self::Value);
+    fn remove(&mut self, key: &Self::Key);
+    fn len(&self) -> usize;
+}
+
+/// What a watched object becomes: the kind-specific half of the event rules.
+pub(crate) trait Rules {
+    /// What the watcher yields.
+    type Object;
+    type Objects: Objects;
+    /// The key an object is kept under (what a `Delete` removes).
+    fn key(&self, object: &Self::Object) -> Key<Self>;
+    /// What is kept of the object and under which key, or its key and why it cannot be used.
+    fn convert(&self, object: Self::Object) -> Conversion<Self>;
+    /// The object as a log line names it.
+    fn describe(&self, key: &Key<Self>) -> String;
+}
+
+type Key<R> = <<R as Rules>::Objects as Objects>::Key;
+type Value<R> = <<R as Rules>::Objects as Objects>::Value;
+/// The key and what is kept, or the key and why nothing is.
+type Conversion<R> = Result<(Key<R>, Value<R>), (Key<R>, String)>;
+
+/// What one event did to the objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// Nothing visible: a list in progress gathers its objects aside.
+    Nothing,
+    /// A list completed and replaced the objects; this many were kept.
+    Listed(usize),
+    /// An object was added, replaced or removed.
+    Changed,
+}
+
+/// Applies the events of one watch to its objects (the rules of the module docs).
+pub(crate) struct Writer<R: Rules> {
+    rules: R,
+    listing: Option<R::Objects>,
+}
+
+impl<R: Rules> Writer<R> {
+    pub(crate) fn new(rules: R) -> Self {
+        Writer {
+            rules,
+            listing: None,
+        }
+    }
+
+    /// Applies one event to `objects`, locking it only to write (conversion happens outside).
+    pub(crate) fn apply(
+        &mut self,
+        event: Event<R::Object>,
+        objects: &Mutex<R::Objects>,
+    ) -> Applied {
+        let lock = || objects.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            Event::Init => {
+                self.listing = Some(R::Objects::default());
+                Applied::Nothing
+            }
+            Event::InitApply(obj) => {
+                match self.rules.convert(obj) {
+                    Ok((key, value)) => self.listing.get_or_insert_default().insert(key, value),
+                    Err((key, why)) => warn!("{} skipped: {why}", self.rules.describe(&key)),
+                }
+                Applied::Nothing
+            }
+            Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let n = listed.len();
+                *lock() = listed;
+                Applied::Listed(n)
+            }
+            Event::Apply(obj) => {
+                let converted = self.rules.convert(obj);
+                let mut objects = lock();
+                match converted {
+                    Ok((key, value)) => objects.insert(key, value),
+                    Err((key, why)) => {
+                        warn!("{} ignored: {why}", self.rules.describe(&key));
+                        objects.remove(&key);
+                    }
+                }
+                Applied::Changed
+            }
+            Event::Delete(obj) => {
+                let key = self.rules.key(&obj);
+                lock().remove(&key);
+                Applied::Changed
+            }
+        }
+    }
+
+    /// The stream failed: a list in progress will be started again from `Init`.
+    pub(crate) fn reset(&mut self) {
+        self.listing = None;
+    }
+}
+
+/// One watch as [`run`] drives it: where its events come from, where its objects live, and
+/// what it does when they change or its stream fails.
+pub(crate) trait Watched {
+    type Rules: Rules;
+    /// What log lines call the watched kind.
+    fn name(&self) -> String;
+    /// A fresh list-then-watch stream (each one starts with a list).
+    fn stream(
+        &self,
+    ) -> BoxStream<'static, Result<Event<<Self::Rules as Rules>::Object>, watcher::Error>>;
+    fn objects(&self) -> &Mutex<<Self::Rules as Rules>::Objects>;
+    /// A complete list replaced the objects; `n` were kept. [`Watched::changed`] follows.
+    fn listed(&mut self, n: usize);
+    /// The objects changed: publish them.
+    fn changed(&mut self);
+    /// The stream failed and will be retried after a backoff, the last known objects staying
+    /// in use: count and log it. An expired resourceVersion ([`relists`]) is logged by [`run`].
+    fn failed(&mut self, error: &watcher::Error);
+}
+
+/// Whether [`run`] starts the stream over with a fresh list after this error: a watch request
+/// answered with HTTP 410. (kube-runtime relists after a 410 `ERROR` event, but retries the
+/// watch with the same resourceVersion when the request itself answers 410, forever.)
+pub(crate) fn relists(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 410)
+}
+
+/// Watches for as long as the task lives, applying every event with `rules`.
+pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &WatchBackoff) {
+    // The backoff is applied here rather than with `WatchStreamExt::backoff`: that one resets on
+    // every `Ok` item, and the watcher emits `Init` before each list attempt, so a list that keeps
+    // failing (a missing CRD, RBAC not granted) would be retried at the minimum delay forever.
+    // Here only progress resets it.
+    let mut backoff = backoff.build();
+    let mut writer = Writer::new(rules);
+    loop {
+        let mut stream = watched.stream();
+        writer.reset();
+        while let Some(item) = stream.next().await {
+            let changed = match item {
+                Ok(event) => match writer.apply(event, watched.objects()) {
+                    Applied::Nothing => false,
+                    Applied::Changed => true,
+                    Applied::Listed(n) => {
+                        watched.listed(n);
+                        true
+                    }
+                },
+                Err(e) => {
+                    writer.reset();
+                    watched.failed(&e);
+                    tokio::time::sleep(backoff.next().unwrap_or_default()).await;
+                    if relists(&e) {
+                        info!(
+                            "{}: resourceVersion expired (HTTP 410); relisting",
+                            watched.name()
+                        );
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if changed {
+                backoff.reset();
+                watched.changed();
+            }
+        }
+    }
+}
+
+/// How a failing list or watch is retried.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchBackoff {
+    /// kube-runtime's default, after client-go: 0.8 s doubling to 30 s, with jitter.
+    Default,
+    /// Doubling from `min` to `max`, without jitter (tests).
+    Exponential { min: Duration, max: Duration },
+}
+
+impl WatchBackoff {
+    pub(crate) fn build(&self) -> Box<dyn Backoff> {
+        match *self {
+            WatchBackoff::Default => Box::new(DefaultBackoff::default()),
+            WatchBackoff::Exponential { min, max } => Box::new(Doubling {
+                min,
+                max,
+                next: min,
+            }),
+        }
+    }
+}
+
+struct Doubling {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Iterator for Doubling {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let current = self.next;
+        self.next = current.saturating_mul(2).min(self.max);
+        Some(current)
+    }
+}
+
+impl Backoff for Doubling {
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubling_backoff_caps_and_resets() {
+        let mut b = WatchBackoff::Exponential {
+            min: Duration::from_millis(10),
+            max: Duration::from_millis(35),
+        }
+        .build();
+        let first: Vec<_> = (&mut b).take(4).map(|d| d.as_millis()).collect();
+        assert_eq!(first, [10, 20, 35, 35]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn only_a_watch_request_answered_410_relists() {
+        let status = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("gone", "Expired")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(relists(&watcher::Error::WatchStartFailed(status(410))));
+        assert!(!relists(&watcher::Error::WatchStartFailed(status(500))));
+        assert!(!relists(&watcher::Error::InitialListFailed(status(410))));
+    }
+}

@@ -120,7 +120,7 @@ pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
         }
         (Mode::Audit, Ok(m)) => {
             if !m.changes.is_empty() {
-                let facts: Vec<&str> = m.changes.iter().map(|c| c.description.as_str()).collect();
+                let facts: Vec<String> = m.changes.iter().map(|c| c.description()).collect();
                 d.audit_annotations.insert(WOULD_PATCH, facts.join("; "));
             }
             d.result = Some(would_patch_or_unchanged(&m.changes));

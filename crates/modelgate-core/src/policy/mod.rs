@@ -13,8 +13,6 @@ mod validate;
 pub mod view;
 mod workload;
 
-use serde_json::Value;
-
 use std::borrow::Cow;
 use std::fmt;
 
@@ -22,7 +20,7 @@ pub use model_cache::Caches;
 pub use validate::{Checks, Denial, Violation};
 pub(crate) use workload::Workload;
 
-use crate::cache::Resolved;
+use crate::cache::{MissReason, Resolved};
 use crate::config::{PREP_CONTAINER, PolicyConfig};
 use crate::patch::{FieldPath, PatchBuilder};
 
@@ -96,35 +94,117 @@ impl fmt::Display for Rule {
     }
 }
 
-/// One thing the mutation changes, in words, with the rule it comes from.
+/// One thing the mutation changes, with the rule it comes from. What it does is kept as data
+/// and put in words only when a report asks ([`Change::description`]): `enforce` never needs
+/// the words.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
     pub rule: Rule,
-    /// What the patch does, as a phrase that reads after "would" (`set
-    /// spec.securityContext.runAsNonRoot=true`, `inject model-cache-prep`, `mount hf://org/m
-    /// from LocalModelCache m`).
-    pub description: String,
+    what: What,
     /// The warning the change gets when it is applied, for the changes a user must hear about.
     pub applied_warning: Option<String>,
 }
 
+/// What a change does, as the data its description is rendered from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum What {
+    /// `set <path>=<value>`
+    Set { path: FieldPath, value: Scalar },
+    /// `replace model-cache-prep by the canonical one for this pod`
+    ReplacePrep,
+    /// `inject model-cache-prep`
+    InjectPrep,
+    /// `mount <uri> from <cache>` (the URI shortened as the warning shows it)
+    Mount { uri: String, source: String },
+    /// `record a model cache miss for <uri> (modelgate.io/model-cache: miss, …: <reason>)`
+    RecordMiss { uri: String, reason: MissReason },
+}
+
+impl fmt::Display for What {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            What::Set { path, value } => write!(f, "set {path}={value}"),
+            What::ReplacePrep => write!(
+                f,
+                "replace {PREP_CONTAINER} by the canonical one for this pod"
+            ),
+            What::InjectPrep => write!(f, "inject {PREP_CONTAINER}"),
+            What::Mount { uri, source } => write!(f, "mount {uri} from {source}"),
+            What::RecordMiss { uri, reason } => write!(
+                f,
+                "record a model cache miss for {uri} ({}: miss, {}: {reason})",
+                model_cache::MODEL_CACHE,
+                model_cache::REASON
+            ),
+        }
+    }
+}
+
+/// A value the policy sets in a security context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scalar {
+    Bool(bool),
+    Int(i64),
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Int(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl serde::Serialize for Scalar {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Scalar::Bool(b) => s.serialize_bool(b),
+            Scalar::Int(n) => s.serialize_i64(n),
+        }
+    }
+}
+
 impl Change {
-    pub fn new(rule: Rule, description: impl Into<String>) -> Self {
+    fn new(rule: Rule, what: What) -> Self {
         Change {
             rule,
-            description: description.into(),
+            what,
             applied_warning: None,
         }
     }
 
-    pub fn warned(mut self, warning: impl Into<String>) -> Self {
+    /// `set <path>=<value>`.
+    pub(crate) fn set(rule: Rule, path: FieldPath, value: Scalar) -> Self {
+        Change::new(rule, What::Set { path, value })
+    }
+
+    /// `mount <uri> from <source>`.
+    pub(crate) fn mount(uri: String, source: String) -> Self {
+        Change::new(Rule::ModelCache, What::Mount { uri, source })
+    }
+
+    /// `record a model cache miss for <uri> (…)`.
+    pub(crate) fn record_miss(uri: &str, reason: MissReason) -> Self {
+        let uri = uri.to_owned();
+        Change::new(Rule::ModelCache, What::RecordMiss { uri, reason })
+    }
+
+    pub(crate) fn warned(mut self, warning: impl Into<String>) -> Self {
         self.applied_warning = Some(warning.into());
         self
     }
 
+    /// What the patch does, as a phrase that reads after "would" (`set
+    /// spec.securityContext.runAsNonRoot=true`, `inject model-cache-prep`, `mount hf://org/m
+    /// from LocalModelCache m`).
+    pub fn description(&self) -> String {
+        self.what.to_string()
+    }
+
     /// The change as a dry run reports it: `would set spec.securityContext.runAsNonRoot=true`.
     pub fn would(&self) -> String {
-        format!("would {}", self.description)
+        format!("would {}", self.what)
     }
 }
 
@@ -159,16 +239,11 @@ fn set_security_fields(
     m: &mut Mutation,
     object: &FieldPath,
     exists: bool,
-    fields: Vec<(&'static str, serde_json::Value, Rule)>,
+    fields: Vec<(&'static str, Scalar, Rule)>,
 ) {
     let mut members = Vec::with_capacity(fields.len());
-    let object_text = object.to_string();
     for (key, value, rule) in fields {
-        // `object` is never the root, so `<object>.<key>` is the field's path.
-        m.changes.push(Change::new(
-            rule,
-            format!("set {object_text}.{key}={value}"),
-        ));
+        m.changes.push(Change::set(rule, object.key(key), value));
         members.push((key, value));
     }
     // In key order, as the API server would write the object.
@@ -192,16 +267,16 @@ pub(crate) fn mutate_create(
     let fs_group = cache_prep::fs_group_to_set(w, cfg);
     let mut fields = Vec::new();
     if identity.run_as_non_root {
-        fields.push(("runAsNonRoot", Value::Bool(true), Rule::NonRoot));
+        fields.push(("runAsNonRoot", Scalar::Bool(true), Rule::NonRoot));
     }
     if let Some(uid) = identity.run_as_user {
-        fields.push(("runAsUser", uid.into(), Rule::NonRoot));
+        fields.push(("runAsUser", Scalar::Int(uid), Rule::NonRoot));
     }
     if let Some(gid) = identity.run_as_group {
-        fields.push(("runAsGroup", gid.into(), Rule::NonRoot));
+        fields.push(("runAsGroup", Scalar::Int(gid), Rule::NonRoot));
     }
     if let Some(gid) = fs_group {
-        fields.push(("fsGroup", gid.into(), Rule::CachePrep));
+        fields.push(("fsGroup", Scalar::Int(gid), Rule::CachePrep));
     }
     set_security_fields(
         &mut m,
@@ -246,11 +321,7 @@ pub(crate) fn mutate_create(
             Some(i) => {
                 m.patch.replace(&init_path.index(i), &canonical);
                 m.changes.push(
-                    Change::new(
-                        Rule::CachePrep,
-                        format!("replace {PREP_CONTAINER} by the canonical one for this pod"),
-                    )
-                    .warned(format!(
+                    Change::new(Rule::CachePrep, What::ReplacePrep).warned(format!(
                         "{PREP_CONTAINER} init container replaced by the canonical one for this pod"
                     )),
                 );
@@ -261,10 +332,8 @@ pub(crate) fn mutate_create(
                 } else {
                     m.patch.add(&init_path.index(0), &canonical);
                 }
-                m.changes.push(Change::new(
-                    Rule::CachePrep,
-                    format!("inject {PREP_CONTAINER}"),
-                ));
+                m.changes
+                    .push(Change::new(Rule::CachePrep, What::InjectPrep));
             }
         }
     }

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use serde::Serialize;
 
+use super::Change;
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
-use super::{Change, Rule};
 use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason, Resolved};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, Fields, PatchBuilder};
@@ -109,20 +109,12 @@ pub(crate) fn apply(
                 model_uri,
                 super::MAX_WARNING_LEN.saturating_sub(19 + source.len()),
             );
-            Some(
-                Change::new(Rule::ModelCache, format!("mount {uri} from {source}"))
-                    .warned(format!("model {uri} served from {source}")),
-            )
+            let warning = format!("model {uri} served from {source}");
+            Some(Change::mount(uri.into_owned(), source).warned(warning))
         }
         Lookup::Miss(m) => {
             miss(w, m.reason, patch);
-            let change = Change::new(
-                Rule::ModelCache,
-                format!(
-                    "record a model cache miss for {model_uri} ({MODEL_CACHE}: miss, {REASON}: {})",
-                    m.reason
-                ),
-            );
+            let change = Change::record_miss(model_uri, m.reason);
             Some(match (&m.cache, &m.missing) {
                 (Some(cache), Some(missing)) => change.warned(miss_warning(
                     m.reason,

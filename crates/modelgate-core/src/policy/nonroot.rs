@@ -1,10 +1,8 @@
 //! SPEC.md §3: every container runs as a non-root, numeric user.
 
-use serde_json::Value;
-
 use super::view::SecurityContextView;
 use super::workload::{ContainerList, ContainerRef, Workload};
-use super::{Change, Mutation, Rule, cache_prep, set_security_fields};
+use super::{Change, Mutation, Rule, Scalar, cache_prep, set_security_fields};
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 use crate::patch::PatchBuilder;
 
@@ -77,9 +75,9 @@ pub(super) fn container_fixes(
     for c in governed(w, prep_managed) {
         if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
             let path = c.path(w).keys(["securityContext", "runAsNonRoot"]);
-            patch.replace(&path, Value::Bool(true));
+            patch.replace(&path, true);
             changes.push(
-                Change::new(Rule::NonRoot, format!("set {path}=true"))
+                Change::set(Rule::NonRoot, path, Scalar::Bool(true))
                     .warned(run_as_non_root_changed(c.name)),
             );
         }
@@ -102,11 +100,11 @@ pub(super) fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation
         match sc.and_then(|s| s.run_as_non_root) {
             Some(true) => {}
             Some(false) => {
-                fields.push(("runAsNonRoot", Value::Bool(true), Rule::NonRoot));
+                fields.push(("runAsNonRoot", Scalar::Bool(true), Rule::NonRoot));
                 warning = Some(run_as_non_root_changed(c.name));
             }
             None if pod.and_then(|p| p.run_as_non_root) != Some(true) => {
-                fields.push(("runAsNonRoot", Value::Bool(true), Rule::NonRoot));
+                fields.push(("runAsNonRoot", Scalar::Bool(true), Rule::NonRoot));
             }
             None => {}
         }
@@ -115,13 +113,13 @@ pub(super) fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation
                 && pod.and_then(|p| p.run_as_user).is_none()
                 && let Some(uid) = cfg.run_as_user.value()
             {
-                fields.push(("runAsUser", uid.into(), Rule::NonRoot));
+                fields.push(("runAsUser", Scalar::Int(uid), Rule::NonRoot));
             }
             if sc.and_then(|s| s.run_as_group).is_none()
                 && pod.and_then(|p| p.run_as_group).is_none()
                 && let Some(gid) = cfg.run_as_group.value()
             {
-                fields.push(("runAsGroup", gid.into(), Rule::NonRoot));
+                fields.push(("runAsGroup", Scalar::Int(gid), Rule::NonRoot));
             }
         }
         set_security_fields(m, &c.path(w).key("securityContext"), sc.is_some(), fields);

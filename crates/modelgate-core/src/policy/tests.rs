@@ -52,10 +52,7 @@ fn cache_pod() -> Value {
 }
 
 fn described(changes: &[Change]) -> Vec<(Rule, String)> {
-    changes
-        .iter()
-        .map(|c| (c.rule, c.description.clone()))
-        .collect()
+    changes.iter().map(|c| (c.rule, c.description())).collect()
 }
 
 #[test]

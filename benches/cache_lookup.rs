@@ -101,7 +101,7 @@ fn index_of(caches: &[CacheEntry], nodes: &[(String, BTreeMap<String, String>)])
 
 fn lookups(c: &mut Criterion) {
     let mut group = c.benchmark_group("lookup");
-    let gpu: BTreeMap<String, String> = [("node-type".to_string(), "gpu".to_string())].into();
+    let gpu: &[(&str, &str)] = &[("node-type", "gpu")];
     for (n, nodes) in SIZES {
         let (caches, node_list) = state(n, nodes);
         let index = index_of(&caches, &node_list);
@@ -113,7 +113,7 @@ fn lookups(c: &mut Criterion) {
             "hf://org-0/model-0/snapshots/0123456789abcdef/config.json",
         );
         let selected = LookupRequest {
-            node_selector: Some(&gpu),
+            node_selector: Some(gpu),
             ..exact
         };
         let namespaced = LookupRequest::new("team-1", "hf://org-1/model-1/tokenizer.json");

@@ -149,9 +149,40 @@ pub struct CacheEntry {
     pub storage_key: String,
     pub storage: CacheStorage,
     pub status: CacheStatus,
+    /// [`CacheEntry::reference`] and [`CacheEntry::describe`], rendered once when the entry is
+    /// made (a hit writes the one and names the other).
+    reference: String,
+    description: String,
 }
 
 impl CacheEntry {
+    /// A cache as the index keeps it; what depends only on the cache is computed here, once.
+    pub fn from_parts(
+        scope: CacheScope,
+        name: String,
+        source_model_uri: String,
+        storage: CacheStorage,
+        status: CacheStatus,
+    ) -> Self {
+        let (reference, description) = match &scope {
+            CacheScope::Namespace(ns) => (
+                format!("namespace/{ns}/{name}"),
+                format!("LocalModelNamespaceCache {ns}/{name}"),
+            ),
+            CacheScope::Cluster => (format!("cluster/{name}"), format!("LocalModelCache {name}")),
+        };
+        CacheEntry {
+            storage_key: storage_key(&source_model_uri),
+            scope,
+            name,
+            source_model_uri,
+            storage,
+            status,
+            reference,
+            description,
+        }
+    }
+
     /// A nodeGroups-mode cache without status.
     pub fn new(
         scope: CacheScope,
@@ -159,14 +190,13 @@ impl CacheEntry {
         source_model_uri: &str,
         node_groups: &[&str],
     ) -> Self {
-        CacheEntry {
+        CacheEntry::from_parts(
             scope,
-            name: name.into(),
-            source_model_uri: source_model_uri.into(),
-            storage_key: storage_key(source_model_uri),
-            storage: CacheStorage::NodeGroups(node_groups.iter().map(|g| g.to_string()).collect()),
-            status: CacheStatus::default(),
-        }
+            name.into(),
+            source_model_uri.into(),
+            CacheStorage::NodeGroups(node_groups.iter().map(|g| g.to_string()).collect()),
+            CacheStatus::default(),
+        )
     }
 
     /// The same cache with `nodes` reported as `NodeDownloaded`.
@@ -185,19 +215,13 @@ impl CacheEntry {
     }
 
     /// `LocalModelNamespaceCache team-a/m` or `LocalModelCache m`, for messages.
-    pub fn describe(&self) -> String {
-        match &self.scope {
-            CacheScope::Namespace(ns) => format!("{} {ns}/{}", self.kind(), self.name),
-            CacheScope::Cluster => format!("{} {}", self.kind(), self.name),
-        }
+    pub fn describe(&self) -> &str {
+        &self.description
     }
 
     /// `namespace/<ns>/<name>` or `cluster/<name>`: the `modelgate.io/model-cache` annotation.
-    pub fn reference(&self) -> String {
-        match &self.scope {
-            CacheScope::Namespace(ns) => format!("namespace/{ns}/{}", self.name),
-            CacheScope::Cluster => format!("cluster/{}", self.name),
-        }
+    pub fn reference(&self) -> &str {
+        &self.reference
     }
 
     pub fn node_groups(&self) -> &[String] {
@@ -288,8 +312,8 @@ pub struct LookupRequest<'a> {
     pub model_uri: &'a str,
     /// `modelgate.io/node-group`, else `serving.kserve.io/nodegroup`.
     pub node_group: Option<&'a str>,
-    /// The pod's `spec.nodeSelector`.
-    pub node_selector: Option<&'a BTreeMap<String, String>>,
+    /// The pod's `spec.nodeSelector`, borrowed: one pair per key, sorted by key.
+    pub node_selector: Option<&'a [(&'a str, &'a str)]>,
     pub layout: CacheLayout,
 }
 
@@ -332,12 +356,23 @@ pub struct Placement {
 impl Hit {
     /// `models/<dir><sub-path>`: the mount's subPath.
     pub fn volume_sub_path(&self) -> String {
-        format!("models/{}{}", self.dir, self.sub_path)
+        self.volume_sub_path_in(&self.resolved_uri()).to_owned()
     }
 
     /// `pvc://<pvc>/models/<dir><sub-path>`.
     pub fn resolved_uri(&self) -> String {
-        format!("pvc://{}/{}", self.pvc, self.volume_sub_path())
+        let parts = ["pvc://", &self.pvc, "/models/", &self.dir, &self.sub_path];
+        let mut uri = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            uri.push_str(p);
+        }
+        uri
+    }
+
+    /// The mount's subPath inside this hit's [`resolved_uri`](Hit::resolved_uri): its tail
+    /// after `pvc://<pvc>/`, so one string serves both.
+    pub fn volume_sub_path_in<'u>(&self, resolved_uri: &'u str) -> &'u str {
+        &resolved_uri["pvc://".len() + self.pvc.len() + 1..]
     }
 }
 
@@ -532,13 +567,13 @@ impl NodeGroup {
     }
 
     /// Some member satisfies `selector` (every pair present with that value).
-    fn fits_selector(&self, selector: &Labels, nodes: &HashMap<Arc<str>, Labels>) -> bool {
+    fn fits_selector(&self, selector: Selector, nodes: &HashMap<Arc<str>, Labels>) -> bool {
         if selector.is_empty() {
             return !self.members.is_empty();
         }
         let mut smallest: Option<&BTreeSet<Arc<str>>> = None;
         for (k, v) in selector {
-            match self.by_label.get(k).and_then(|values| values.get(v)) {
+            match self.by_label.get(*k).and_then(|values| values.get(*v)) {
                 None => return false,
                 Some(set) if smallest.is_none_or(|s| set.len() < s.len()) => smallest = Some(set),
                 Some(_) => {}
@@ -558,8 +593,13 @@ impl NodeGroup {
     }
 }
 
-fn selector_matches(selector: &Labels, labels: &Labels) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+/// A pod's `nodeSelector` pairs.
+type Selector<'a> = &'a [(&'a str, &'a str)];
+
+fn selector_matches(selector: Selector, labels: &Labels) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
 }
 
 /// Kubernetes' node selector term semantics: every requirement holds; an empty term matches no
@@ -786,8 +826,7 @@ impl CacheIndex {
                 })
             }
             CacheStorage::NodeGroups(groups) => {
-                let no_selector = Labels::new();
-                let selector = req.node_selector.unwrap_or(&no_selector);
+                let selector = req.node_selector.unwrap_or_default();
                 let (group_name, group) = match self.choose_group(groups, req.node_group, selector)
                 {
                     Ok(chosen) => chosen,
@@ -841,7 +880,7 @@ impl CacheIndex {
         &'a self,
         listed: &'a [String],
         requested: Option<&'a str>,
-        selector: &Labels,
+        selector: Selector,
     ) -> Result<(&'a str, &'a NodeGroup), String> {
         let fits = |name: &str| -> Result<&NodeGroup, String> {
             let group = self
@@ -924,7 +963,7 @@ impl CacheIndex {
     }
 }
 
-fn render_selector(selector: &Labels) -> String {
+fn render_selector(selector: Selector) -> String {
     let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{{{}}}", pairs.join(", "))
 }

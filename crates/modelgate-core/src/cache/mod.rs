@@ -26,30 +26,28 @@ pub const CORE_VERSION: &str = "v1";
 
 impl From<&LocalModelCache> for CacheEntry {
     fn from(c: &LocalModelCache) -> Self {
-        CacheEntry {
-            scope: CacheScope::Cluster,
-            name: c.metadata.name.clone().unwrap_or_default(),
-            source_model_uri: c.spec.source_model_uri.clone(),
-            storage_key: index::storage_key(&c.spec.source_model_uri),
-            storage: CacheStorage::NodeGroups(c.spec.node_groups.clone()),
-            status: c.status.as_ref().map(|s| s.to_index()).unwrap_or_default(),
-        }
+        CacheEntry::from_parts(
+            CacheScope::Cluster,
+            c.metadata.name.clone().unwrap_or_default(),
+            c.spec.source_model_uri.clone(),
+            CacheStorage::NodeGroups(c.spec.node_groups.clone()),
+            c.status.as_ref().map(|s| s.to_index()).unwrap_or_default(),
+        )
     }
 }
 
 impl From<&LocalModelNamespaceCache> for CacheEntry {
     fn from(c: &LocalModelNamespaceCache) -> Self {
-        CacheEntry {
-            scope: CacheScope::Namespace(c.metadata.namespace.clone().unwrap_or_default()),
-            name: c.metadata.name.clone().unwrap_or_default(),
-            source_model_uri: c.spec.source_model_uri.clone(),
-            storage_key: index::storage_key(&c.spec.source_model_uri),
-            storage: match &c.spec.pvc_ref {
+        CacheEntry::from_parts(
+            CacheScope::Namespace(c.metadata.namespace.clone().unwrap_or_default()),
+            c.metadata.name.clone().unwrap_or_default(),
+            c.spec.source_model_uri.clone(),
+            match &c.spec.pvc_ref {
                 Some(pvc) => CacheStorage::PvcRef(pvc.clone()),
                 None => CacheStorage::NodeGroups(c.spec.node_groups.clone()),
             },
-            status: c.status.as_ref().map(|s| s.to_index()).unwrap_or_default(),
-        }
+            c.status.as_ref().map(|s| s.to_index()).unwrap_or_default(),
+        )
     }
 }
 

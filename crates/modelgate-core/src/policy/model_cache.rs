@@ -3,8 +3,6 @@
 //! inputs, short-circuits what needs no lookup (opted out, KServe-managed, not synced) and turns
 //! the answer into patch operations and warnings.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use serde::Serialize;
 
@@ -80,21 +78,19 @@ pub(crate) fn apply(
     let answer = match early {
         Some(reason) => Lookup::Miss(Miss::because(reason)),
         None => {
-            // The index keeps node labels as owned maps; a pod's selector is a few pairs.
-            let node_selector: Option<BTreeMap<String, String>> =
-                w.spec.node_selector.as_ref().map(|s| {
-                    s.pairs()
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect()
-                });
+            // The selector's pairs, borrowed from the body (sorted by key, one per key).
+            let node_selector: Option<Vec<(&str, &str)>> = w
+                .spec
+                .node_selector
+                .as_ref()
+                .map(|s| s.pairs().iter().map(|(k, v)| (&**k, &**v)).collect());
             index.lookup(&LookupRequest {
                 namespace: w.namespace,
                 model_uri,
                 node_group: w
                     .annotation(NODE_GROUP)
                     .or_else(|| w.annotation(KSERVE_NODE_GROUP)),
-                node_selector: node_selector.as_ref(),
+                node_selector: node_selector.as_deref(),
                 layout: cfg.cache_layout,
             })
         }
@@ -110,18 +106,15 @@ pub(crate) fn apply(
                 super::MAX_WARNING_LEN.saturating_sub(19 + source.len()),
             );
             let warning = format!("model {uri} served from {source}");
-            Some(Change::mount(uri.into_owned(), source).warned(warning))
+            Some(Change::mount(uri.into_owned(), source.to_owned()).warned(warning))
         }
         Lookup::Miss(m) => {
             miss(w, m.reason, patch);
             let change = Change::record_miss(model_uri, m.reason);
             Some(match (&m.cache, &m.missing) {
-                (Some(cache), Some(missing)) => change.warned(miss_warning(
-                    m.reason,
-                    &cache.describe(),
-                    model_uri,
-                    missing,
-                )),
+                (Some(cache), Some(missing)) => {
+                    change.warned(miss_warning(m.reason, cache.describe(), model_uri, missing))
+                }
                 _ => change,
             })
         }
@@ -177,20 +170,22 @@ fn set_annotations(w: &Workload, patch: &mut PatchBuilder, mut pairs: [(&str, &s
 }
 
 /// Patches the pod for a hit; returns the cache that serves the model, as a warning names it.
-fn hit(
+fn hit<'h>(
     w: &Workload,
     cfg: &PolicyConfig,
-    h: &Hit,
+    h: &'h Hit,
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
-) -> String {
-    let cache_ref = h.cache.reference();
+) -> &'h str {
     let resolved_uri = h.resolved_uri();
-    let sub_path = h.volume_sub_path();
+    let sub_path = h.volume_sub_path_in(&resolved_uri);
     set_annotations(
         w,
         patch,
-        [(MODEL_CACHE, &cache_ref), (RESOLVED_URI, &resolved_uri)],
+        [
+            (MODEL_CACHE, h.cache.reference()),
+            (RESOLVED_URI, &resolved_uri),
+        ],
     );
     if w.has_annotation(REASON) {
         patch.remove(&w.annotations_path().key(REASON));
@@ -211,12 +206,14 @@ fn hit(
         None => patch.push_to(&volumes, w.spec.volumes.is_some(), volume),
     }
 
-    let mount = ModelMount {
+    // The same mount for every container: serialised once.
+    let mount = serde_json::value::to_raw_value(&ModelMount {
         mount_path: &cfg.model_mount_path,
         name: VOLUME,
         read_only: true,
-        sub_path: &sub_path,
-    };
+        sub_path,
+    })
+    .expect("a mount serialises to JSON");
     for c in w
         .containers()
         .into_iter()
@@ -238,7 +235,7 @@ fn hit(
         }
         match mounts.iter().position(|vm| vm.name() == VOLUME) {
             Some(i) => {
-                if !is_model_mount(&mounts[i], &cfg.model_mount_path, &sub_path) {
+                if !is_model_mount(&mounts[i], &cfg.model_mount_path, sub_path) {
                     patch.replace(&mounts_path.index(i), &mount);
                 }
             }

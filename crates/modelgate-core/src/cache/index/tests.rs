@@ -250,25 +250,25 @@ fn without_a_request_the_first_group_that_fits_the_node_selector_is_chosen() {
     // kserve#5914: nodeGroups[0] is cpu, but the pod selects gpu nodes.
     let mut idx = cluster();
     idx.upsert_cache(llama(&["cpu", "gpu"]).downloaded_on(&["g1", "c1"]));
-    let gpu = labels(&[("node-type", "gpu")]);
+    let gpu = &[("node-type", "gpu")];
     let r = LookupRequest {
-        node_selector: Some(&gpu),
+        node_selector: Some(&gpu[..]),
         ..req("team-a", "hf://org/llama")
     };
     assert_eq!(hit(&idx, &r).pvc, "llama-gpu");
     // No selector: the first listed group.
     assert_eq!(hit(&idx, &req("team-a", "hf://org/llama")).pvc, "llama-cpu");
     // Several pairs must hold on one node: gpu in zone b is g2; gpu in zone c is nobody.
-    let zone_b = labels(&[("node-type", "gpu"), ("zone", "b")]);
+    let zone_b = &[("node-type", "gpu"), ("zone", "b")];
     let r = LookupRequest {
-        node_selector: Some(&zone_b),
+        node_selector: Some(&zone_b[..]),
         ..req("team-a", "hf://org/llama")
     };
     // g2 is in the group but has not downloaded: the group fits, the check fails.
     assert_eq!(miss(&idx, &r).reason, MissReason::NotDownloaded);
-    let zone_c = labels(&[("node-type", "gpu"), ("zone", "c")]);
+    let zone_c = &[("node-type", "gpu"), ("zone", "c")];
     let r = LookupRequest {
-        node_selector: Some(&zone_c),
+        node_selector: Some(&zone_c[..]),
         ..req("team-a", "hf://org/llama")
     };
     let m = miss(&idx, &r);
@@ -279,10 +279,10 @@ fn without_a_request_the_first_group_that_fits_the_node_selector_is_chosen() {
             .contains("matches the pod's nodeSelector")
     );
     // A requested group must fit the selector too.
-    let cpu = labels(&[("node-type", "cpu")]);
+    let cpu = &[("node-type", "cpu")];
     let r = LookupRequest {
         node_group: Some("gpu"),
-        node_selector: Some(&cpu),
+        node_selector: Some(&cpu[..]),
         ..req("team-a", "hf://org/llama")
     };
     assert_eq!(miss(&idx, &r).reason, MissReason::NodeGroupMismatch);
@@ -390,9 +390,9 @@ fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
         ["g1"]
     );
     // Downloaded nodes outside the pod's nodeSelector are left out, and none left is a miss.
-    let zone_b = labels(&[("zone", "b")]);
+    let zone_b = &[("zone", "b")];
     let r = LookupRequest {
-        node_selector: Some(&zone_b),
+        node_selector: Some(&zone_b[..]),
         ..req("team-a", "hf://org/llama")
     };
     assert_eq!(miss(&idx, &r).reason, MissReason::NotDownloaded);

@@ -954,6 +954,142 @@ fn node_group_terms_are_anded_into_each_existing_term() {
     );
 }
 
+/// The API server calls /mutate again when a later webhook changed the pod (reinvocationPolicy
+/// IfNeeded). When the cache's NodeDownloaded nodes changed in between, the second pass replaces
+/// the node pin modelgate wrote and leaves the user's own alone: ANDing a second pin would keep
+/// only the nodes in both lists, possibly none, and strand the pod (SPEC.md §5).
+#[test]
+fn a_second_pass_replaces_modelgates_own_node_pin_when_the_downloaded_nodes_changed() {
+    let cfg = PolicyConfig::default();
+    let mut p = model_pod(
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
+    );
+    let zone_a = json!({"key": "zone", "operator": "In", "values": ["a"]});
+    let users_pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]});
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [zone_a]},
+        {"matchFields": [users_pin]}
+    ]}}});
+    let first = mutate_with("Pod", "team-c", p, &cfg, &caches());
+    let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
+    let terms = |a: &Answer| {
+        a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"]
+            .clone()
+    };
+    assert_eq!(
+        terms(&first),
+        json!([
+            {"matchExpressions": [zone_a, gpu], "matchFields": [pin()]},
+            {"matchFields": [users_pin, pin()], "matchExpressions": [gpu]}
+        ])
+    );
+
+    // Between the passes n1 loses the model and n2 (a gpu node of the group) has it.
+    let mut moved = caches();
+    moved.upsert_node("n2", [("node-type".to_string(), "gpu".to_string())].into());
+    moved.upsert_cache(
+        CacheEntry::new(
+            CacheScope::Cluster,
+            "llama",
+            "hf://org/m",
+            &["workers", "gpu"],
+        )
+        .downloaded_on(&["n2"]),
+    );
+    // `mutate_with` also checks that a further pass changes nothing.
+    let second = mutate_with("Pod", "team-c", first.patched.clone(), &cfg, &moved);
+    let n2 = json!({"key": "metadata.name", "operator": "In", "values": ["n2"]});
+    assert_eq!(
+        terms(&second),
+        json!([
+            {"matchExpressions": [zone_a, gpu], "matchFields": [n2]},
+            {"matchFields": [users_pin, n2], "matchExpressions": [gpu]}
+        ])
+    );
+    // Only the pin's values changed: one operation per term.
+    assert_eq!(
+        second.patch,
+        [
+            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0", "value": n2}),
+            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/1/matchFields/1", "value": n2}),
+        ]
+    );
+    // Nothing changed: nothing to do.
+    let again = mutate_with("Pod", "team-c", first.patched.clone(), &cfg, &caches());
+    assert!(again.patch.is_empty(), "{:?}", again.patch);
+}
+
+/// When the node group's own terms changed too, they are ANDed in as on a first pass, and the
+/// pin is still replaced, never doubled, in every term and every copy.
+#[test]
+fn a_second_pass_after_the_group_changed_still_keeps_one_pin_per_term() {
+    let cfg = PolicyConfig::default();
+    let p = model_pod(
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
+    );
+    let first = mutate_with("Pod", "team-c", p, &cfg, &caches());
+    // The group now spans gpu nodes of zones b and c; n2 and n3 have the model, n1 left it.
+    let mut moved = caches();
+    let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
+    let zone_b = json!({"key": "zone", "operator": "In", "values": ["b"]});
+    let zone_c = json!({"key": "zone", "operator": "In", "values": ["c"]});
+    let terms: Vec<k8s_openapi::api::core::v1::NodeSelectorTerm> = serde_json::from_value(json!([
+        {"matchExpressions": [gpu, zone_b]},
+        {"matchExpressions": [gpu, zone_c]}
+    ]))
+    .unwrap();
+    moved.upsert_node_group("workers", Some(terms));
+    for (node, zone) in [("n2", "b"), ("n3", "c")] {
+        let labels = [("node-type", "gpu"), ("zone", zone)];
+        moved.upsert_node(
+            node,
+            labels.map(|(k, v)| (k.to_string(), v.to_string())).into(),
+        );
+    }
+    moved.upsert_cache(
+        CacheEntry::new(
+            CacheScope::Cluster,
+            "llama",
+            "hf://org/m",
+            &["workers", "gpu"],
+        )
+        .downloaded_on(&["n2", "n3"]),
+    );
+    let second = mutate_with("Pod", "team-c", first.patched.clone(), &cfg, &moved);
+    let n2_n3 = json!({"key": "metadata.name", "operator": "In", "values": ["n2", "n3"]});
+    assert_eq!(
+        second.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"],
+        json!([
+            // The group's terms are ANDed in as on any pass (the term's own requirements are
+            // kept as they are); the pin is replaced, in the term and in its copy.
+            {"matchExpressions": [gpu, gpu, zone_b], "matchFields": [n2_n3]},
+            {"matchExpressions": [gpu, gpu, zone_c], "matchFields": [n2_n3]}
+        ])
+    );
+}
+
+/// A user's own `metadata.name` pin on a pod modelgate has not routed is the user's: a hit ANDs
+/// modelgate's pin next to it, never in its place.
+#[test]
+fn a_users_own_node_pin_is_kept_on_the_first_pass() {
+    let mut p = model_pod(
+        json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
+    );
+    let users_pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n9"]});
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [users_pin]}
+    ]}}});
+    let a = mutate_with("Pod", "team-c", p, &PolicyConfig::default(), &caches());
+    let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
+    assert_eq!(
+        a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"],
+        json!([{"matchFields": [users_pin, pin()], "matchExpressions": [gpu]}])
+    );
+}
+
 #[test]
 fn caches_not_synced_is_a_miss_with_a_warning() {
     let cfg = PolicyConfig::default();

@@ -177,6 +177,8 @@ fn hit<'h>(
     patch: &mut PatchBuilder,
     warnings: &mut Vec<String>,
 ) -> &'h str {
+    // Read before the annotations are set: whether an earlier pass already routed this pod.
+    let routed_before = w.annotation(MODEL_CACHE).is_some_and(|v| v != "miss");
     let resolved_uri = h.resolved_uri();
     let sub_path = h.volume_sub_path_in(&resolved_uri);
     set_annotations(
@@ -244,7 +246,7 @@ fn hit<'h>(
     }
 
     if let Some(p) = &h.placement {
-        require_node_terms(w, &placement_terms(p), patch);
+        require_node_terms(w, &placement_terms(p), routed_before, patch);
     }
     h.cache.describe()
 }
@@ -295,7 +297,8 @@ fn is_model_mount(m: &VolumeMountView, mount_path: &str, sub_path: &str) -> bool
 }
 
 /// The group's required node terms, each ANDed with `metadata.name In [<downloaded nodes>]`
-/// (node names, as the DaemonSet controller pins pods: a hostname label need not equal the name).
+/// (node names, as the DaemonSet controller pins pods: a hostname label need not equal the name),
+/// the pin last in each term's `matchFields`.
 fn placement_terms(p: &crate::cache::Placement) -> Vec<NodeSelectorTerm> {
     let pin = NodeSelectorRequirement {
         key: "metadata.name".into(),
@@ -345,16 +348,50 @@ fn miss(w: &Workload, reason: MissReason, patch: &mut PatchBuilder) {
 
 /// Does `term` already require everything `required` requires?
 fn implies(term: &NodeSelectorTermView, required: &NodeSelectorTerm) -> bool {
+    implies_besides(term, required, None)
+}
+
+/// [`implies`], leaving out the `matchFields` requirement at `own_pin` in `term` and the pin
+/// (the last `matchFields` requirement) of `required`: the rest of the term is in place.
+fn implies_besides(
+    term: &NodeSelectorTermView,
+    required: &NodeSelectorTerm,
+    own_pin: Option<usize>,
+) -> bool {
     fn contains(
-        have: &Option<Vec<NodeSelectorRequirementView>>,
-        need: &Option<Vec<NodeSelectorRequirement>>,
+        have: &[NodeSelectorRequirementView],
+        skip: Option<usize>,
+        need: &[NodeSelectorRequirement],
     ) -> bool {
-        need.iter()
-            .flatten()
-            .all(|n| have.iter().flatten().any(|h| same_requirement(h, n)))
+        need.iter().all(|n| {
+            have.iter()
+                .enumerate()
+                .any(|(i, h)| Some(i) != skip && same_requirement(h, n))
+        })
     }
-    contains(&term.match_expressions, &required.match_expressions)
-        && contains(&term.match_fields, &required.match_fields)
+    let need_fields = required.match_fields.as_deref().unwrap_or_default();
+    let need_fields = match own_pin {
+        Some(_) => &need_fields[..need_fields.len().saturating_sub(1)],
+        None => need_fields,
+    };
+    contains(
+        term.match_expressions.as_deref().unwrap_or_default(),
+        None,
+        required.match_expressions.as_deref().unwrap_or_default(),
+    ) && contains(
+        term.match_fields.as_deref().unwrap_or_default(),
+        own_pin,
+        need_fields,
+    )
+}
+
+/// The node pin an earlier pass of modelgate wrote into `term`: its last `matchFields`
+/// requirement `metadata.name In` (modelgate appends its pin after the user's requirements).
+fn own_pin(term: &NodeSelectorTermView) -> Option<usize> {
+    term.match_fields
+        .as_deref()?
+        .iter()
+        .rposition(|r| r.key() == "metadata.name" && r.operator() == "In")
 }
 
 /// The pod's requirement `have` is the requirement `need` (values in the same order, as
@@ -369,11 +406,13 @@ fn same_requirement(have: &NodeSelectorRequirementView, need: &NodeSelectorRequi
         && have_values.iter().zip(need_values).all(|(h, n)| **h == **n)
 }
 
-/// Appends `required`'s requirements to the term at `term_path` (which holds `term`).
+/// Appends `required`'s requirements to the term at `term_path` (which holds `term`); with
+/// `own_pin`, `required`'s pin replaces the one modelgate wrote there instead.
 fn and_into(
     term_path: &FieldPath,
     term: &NodeSelectorTermView,
     required: &NodeSelectorTerm,
+    own_pin: Option<usize>,
     patch: &mut PatchBuilder,
 ) {
     let lists = [
@@ -389,10 +428,18 @@ fn and_into(
         ),
     ];
     for (key, exists, extra) in lists {
-        let Some(extra) = extra.filter(|e| !e.is_empty()) else {
-            continue;
-        };
         let list = term_path.key(key);
+        let mut extra = extra.unwrap_or_default();
+        if key == "matchFields"
+            && let Some(p) = own_pin
+            && let Some((pin, rest)) = extra.split_last()
+        {
+            patch.replace(&list.index(p), pin);
+            extra = rest;
+        }
+        if extra.is_empty() {
+            continue;
+        }
         if exists {
             for e in extra {
                 patch.append(&list, e);
@@ -407,7 +454,16 @@ fn and_into(
 /// `(T1 or T2) and (P1 or P2)` becomes every `Ti and Pj`. A term that already implies some `Pj`
 /// is kept as it is, which makes a second pass a no-op. Terms are extended in place and copied
 /// with JSON Patch `copy`, so their fields unknown to this code survive.
-fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut PatchBuilder) {
+///
+/// On a pod an earlier pass routed (`routed_before`), the node pin that pass wrote is replaced
+/// rather than ANDed: the downloaded nodes may have changed between the passes, and two pins
+/// would admit only the nodes in both lists, perhaps none.
+fn require_node_terms(
+    w: &Workload,
+    required: &[NodeSelectorTerm],
+    routed_before: bool,
+    patch: &mut PatchBuilder,
+) {
     if required.is_empty() {
         return;
     }
@@ -445,15 +501,27 @@ fn require_node_terms(w: &Workload, required: &[NodeSelectorTerm], patch: &mut P
         if required.iter().any(|r| implies(term, r)) {
             continue;
         }
+        let pin = own_pin(term).filter(|_| routed_before);
+        if let Some(p) = pin
+            && let Some(r) = required.iter().find(|r| implies_besides(term, r, pin))
+        {
+            // Only the pin is stale: its node list is replaced, the rest of the term kept (no
+            // copy of this term follows, so the order of operations does not matter here).
+            let new_pin = r.match_fields.as_deref().and_then(|f| f.last());
+            if let Some(new_pin) = new_pin {
+                patch.replace(&terms_path.index(i).key("matchFields").index(p), new_pin);
+            }
+            continue;
+        }
         for r in &required[1..] {
             patch.copy_to_end(&terms_path.index(i), &terms_path);
-            and_into(&terms_path.index(appended), term, r, patch);
+            and_into(&terms_path.index(appended), term, r, pin, patch);
             appended += 1;
         }
-        in_place.push((i, term));
+        in_place.push((i, term, pin));
     }
-    for (i, term) in in_place {
-        and_into(&terms_path.index(i), term, &required[0], patch);
+    for (i, term, pin) in in_place {
+        and_into(&terms_path.index(i), term, &required[0], pin, patch);
     }
 }
 

@@ -21,6 +21,7 @@
 pub mod admission;
 pub mod cache;
 pub mod config;
+mod keyed;
 pub mod namespaces;
 mod patch;
 pub mod policy;

@@ -101,14 +101,7 @@ impl CacheStatus {
             .into_iter()
             .map(|(n, s)| (Box::from(n), NodeState::from(s)))
             .collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        entries.dedup_by(|later, earlier| {
-            let same = later.0 == earlier.0;
-            if same {
-                std::mem::swap(later, earlier);
-            }
-            same
-        });
+        crate::keyed::sort_keeping_last(&mut entries);
         CacheStatus {
             node_status: entries.into_boxed_slice(),
             import_ready,

@@ -127,16 +127,7 @@ impl<'a> StrMap<'a> {
     }
 
     fn normalised(mut entries: Vec<(Cow<'a, str>, Cow<'a, str>)>) -> Self {
-        // A stable sort keeps repeated keys in their order, so the last of each run is the last
-        // one written.
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        entries.dedup_by(|later, earlier| {
-            let same = later.0 == earlier.0;
-            if same {
-                std::mem::swap(later, earlier);
-            }
-            same
-        });
+        crate::keyed::sort_keeping_last(&mut entries);
         StrMap(entries)
     }
 }

@@ -316,6 +316,17 @@ fn drop_reason(error: &(dyn std::error::Error + 'static)) -> Option<&'static str
 
 /// Accepts TLS connections until `stop`, then closes the listener and drains the connections.
 /// Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
+/// Socket options of every webhook connection:
+/// - `TCP_NODELAY`: an h2 connection carries many answers, each written as it is ready; with
+///   Nagle's algorithm a small write waits for the ACK of the previous one, which the client
+///   delays by up to 40 ms (Go's HTTP client, like the API server's, disables Nagle on its side;
+///   the server must too);
+/// - a bounded kernel send buffer ([`limits::SOCKET_SEND_BUF_BYTES`]).
+fn configure_accepted(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
+    tcp.set_nodelay(true)?;
+    socket2::SockRef::from(tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
+}
+
 async fn accept_loop(
     listener: TcpListener,
     tls: Arc<TlsReloader>,
@@ -359,10 +370,8 @@ async fn accept_loop(
             tracing::debug!(%peer, "connection closed: no TLS certificate loaded");
             continue;
         };
-        if let Err(e) =
-            socket2::SockRef::from(&tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
-        {
-            tracing::debug!(%peer, error = %e, "cannot set the socket send buffer size");
+        if let Err(e) = configure_accepted(&tcp) {
+            tracing::debug!(%peer, error = %e, "cannot set the connection's socket options");
         }
         let acceptor = TlsAcceptor::from(config);
         let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
@@ -821,4 +830,23 @@ pub fn log_admission(webhook: Webhook, s: &admission::Summary, http_status: u16,
         latency_ms = seconds * 1e3,
         "admission"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_send_without_nagle_and_with_a_bounded_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        assert!(!tcp.nodelay().unwrap(), "the kernel's default has Nagle on");
+        configure_accepted(&tcp).unwrap();
+        assert!(tcp.nodelay().unwrap());
+        // Linux doubles the value it is given.
+        let sndbuf = socket2::SockRef::from(&tcp).send_buffer_size().unwrap();
+        assert!(sndbuf <= 2 * limits::SOCKET_SEND_BUF_BYTES, "{sndbuf}");
+    }
 }

@@ -159,6 +159,11 @@ impl Metrics {
             "Webhook connections refused or closed by the server (limits, timeouts, protocol errors), by reason",
             connections_dropped.clone(),
         );
+        // Exported at 0 from the start: the alert on refused connections (a rate) then has a
+        // series to read before the first refusal, and its absence means a broken scrape.
+        let _ = connections_dropped.get_or_create(&ReasonLabels {
+            reason: "max_connections",
+        });
         let open_connections = Gauge::default();
         registry.register(
             "modelgate_open_connections",
@@ -338,6 +343,12 @@ mod tests {
     #[test]
     fn exposition_names_and_labels() {
         let m = Metrics::new();
+        assert!(
+            m.encode()
+                .unwrap()
+                .contains(r#"modelgate_connections_dropped_total{reason="max_connections"} 0"#),
+            "exported before the first refusal"
+        );
         let summary = Summary {
             kind: "Pod".into(),
             operation: "CREATE".into(),

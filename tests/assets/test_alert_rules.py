@@ -89,6 +89,17 @@ CASES = {
         "ModelgateCachesNotSynced", {f'modelgate_cache_synced{{{SEL},kind="LocalModelCache"}}': "0x5 1x35"},
         "15m", [],
     ),
+    "connections refused at --max-connections": case(
+        "ModelgateConnectionsRefused",
+        {f'modelgate_connections_dropped_total{{{SEL},reason="max_connections"}}': "0+3x40"},
+        "15m", [{**WARN, "job": "modelgate", "namespace": NS}],
+    ),
+    "only idle connections closed": case(
+        "ModelgateConnectionsRefused",
+        {f'modelgate_connections_dropped_total{{{SEL},reason="idle_timeout"}}': "0+30x40",
+         f'modelgate_connections_dropped_total{{{SEL},reason="max_connections"}}': "5x40"},
+        "15m", [],
+    ),
     "the API server cannot call the mutating webhook": case(
         "ModelgateWebhookCallsFailing",
         {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="calling_webhook_error",rejection_code="0"}}': "0+5x40"},

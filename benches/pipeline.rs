@@ -28,7 +28,18 @@ fn reviews() -> Vec<(&'static str, Vec<u8>)> {
             std::fs::read(dir.join(format!("{n}.json"))).expect("reference review"),
         )
     })
+    .chain(std::iter::once((
+        "llm-serving-pod-compact",
+        compact_llm_review(&dir),
+    )))
     .collect()
+}
+
+/// The LLM serving review without the pretty-printing: how the API server sends it.
+fn compact_llm_review(dir: &Path) -> Vec<u8> {
+    let pretty = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");
+    let value: serde_json::Value = serde_json::from_slice(&pretty).expect("JSON");
+    serde_json::to_vec(&value).expect("JSON")
 }
 
 fn pipeline(c: &mut Criterion) {

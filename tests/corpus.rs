@@ -27,7 +27,7 @@ use modelgate::cache::CacheIndex;
 use modelgate::config::PolicyConfig;
 use modelgate::documents::read_documents;
 use modelgate::policy::Caches;
-use modelgate_core::testing::{self, Answer};
+use modelgate_core::testing::{self, Answer, create_review};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -97,37 +97,6 @@ fn with_object(review: &Value, object: Value) -> Value {
     let mut r = review.clone();
     r["request"]["object"] = object;
     r
-}
-
-/// `kind`/`apiVersion` of a Kubernetes object → the request's GroupVersionKind.
-fn gvk(object: &Value) -> (String, String, String) {
-    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let kind = object["kind"].as_str().unwrap_or("").to_string();
-    (group.to_string(), version.to_string(), kind)
-}
-
-/// A CREATE AdmissionReview for an object, as the API server sends it.
-fn create_review(uid: &str, object: &Value, default_ns: &str) -> Value {
-    let (group, version, kind) = gvk(object);
-    let namespace = object["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or(default_ns);
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-            "namespace": namespace,
-            "name": object["metadata"]["name"].as_str().unwrap_or(""),
-            "operation": "CREATE",
-            "userInfo": {"username": "corpus"},
-            "object": object,
-            "dryRun": false,
-        }
-    })
 }
 
 /// What both endpoints said about one review, after the generic checks.

@@ -27,7 +27,7 @@ use modelgate::namespaces::Mode;
 use modelgate_core::testing::typed_reference::{
     Typed, is_read_field, policy_on_both_readings, reference,
 };
-use modelgate_core::testing::{self, context};
+use modelgate_core::testing::{self, context, create_review};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use serde_json::{Value, json};
@@ -175,24 +175,6 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// A CREATE AdmissionReview for an object, as the API server sends it.
-fn create_review(uid: &str, object: &Value) -> Value {
-    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let kind = object["kind"].as_str().unwrap_or("");
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "namespace": object["metadata"]["namespace"].as_str().unwrap_or("default"),
-            "operation": "CREATE",
-            "object": object,
-        }
-    })
-}
-
 /// Every review the corpus and the fixtures hold: objects wrapped as CREATEs, bare requests
 /// given an envelope, reviews as they are.
 fn corpus_reviews() -> Vec<(String, Value)> {
@@ -217,7 +199,7 @@ fn corpus_reviews() -> Vec<(String, Value)> {
             } else if v.get("uid").is_some() && v.get("operation").is_some() {
                 json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v})
             } else if v.is_object() {
-                create_review(&label, &v)
+                create_review(&label, &v, "default")
             } else {
                 continue;
             };
@@ -580,7 +562,7 @@ fn review_case() -> impl Strategy<Value = (Value, usize)> {
             } else {
                 json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status})
             };
-            let mut review = create_review("generated", &object);
+            let mut review = create_review("generated", &object, "default");
             if let Some(sub) = sub.filter(|_| !job) {
                 review["request"]["operation"] = json!("UPDATE");
                 review["request"]["subResource"] = json!(sub);

@@ -7,13 +7,37 @@
 //! expectations).
 
 use base64::Engine;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::admission::{self, Context, Summary, Webhook};
 use crate::cache::CacheIndex;
 use crate::config::PolicyConfig;
 use crate::namespaces::Namespaces;
 use crate::policy::{Caches, MAX_WARNING_LEN};
+
+/// A CREATE AdmissionReview for `object`, as the API server sends it: the request's kind and
+/// resource from the object's `apiVersion`/`kind`, its namespace from the object, else
+/// `default_namespace`.
+pub fn create_review(uid: &str, object: &Value, default_namespace: &str) -> Value {
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap_or("");
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "namespace": object["metadata"]["namespace"].as_str().unwrap_or(default_namespace),
+            "name": object["metadata"]["name"].as_str().unwrap_or(""),
+            "operation": "CREATE",
+            "userInfo": {"username": "corpus"},
+            "object": object,
+            "dryRun": false,
+        }
+    })
+}
 
 /// One answer, decoded.
 #[derive(Clone, Debug)]

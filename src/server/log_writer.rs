@@ -50,12 +50,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<W: Write> Shared<W> {
     /// Writes everything buffered so far to the sink.
     fn flush(&self) -> io::Result<()> {
+        self.write_through(&[])
+    }
+
+    /// Writes everything buffered so far, then `line`, to the sink.
+    fn write_through(&self, line: &[u8]) -> io::Result<()> {
         let mut sink = lock(&self.sink);
         let batch = std::mem::take(&mut lock(&self.pending).bytes);
-        if batch.is_empty() {
+        if batch.is_empty() && line.is_empty() {
             return Ok(());
         }
         sink.write_all(&batch)?;
+        sink.write_all(line)?;
         sink.flush()
     }
 
@@ -68,11 +74,7 @@ impl<W: Write> Shared<W> {
             }
         }
         // Over the bound, or the flusher is gone: write now, after what is already buffered.
-        let mut sink = lock(&self.sink);
-        let batch = std::mem::take(&mut lock(&self.pending).bytes);
-        sink.write_all(&batch)?;
-        sink.write_all(line)?;
-        sink.flush()
+        self.write_through(line)
     }
 }
 

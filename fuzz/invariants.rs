@@ -104,7 +104,14 @@ static INDEX: LazyLock<CacheIndex> = LazyLock::new(|| {
     .unwrap();
     idx.upsert_node_group("workers", Some(vec![term]));
     idx.upsert_node_group("gpu", None);
-    idx.upsert_node("n1", [("node-type".to_string(), "gpu".to_string())].into());
+    idx.upsert_node(
+        "n1",
+        [
+            ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+            ("node-type".to_string(), "gpu".to_string()),
+        ]
+        .into(),
+    );
     idx
 });
 

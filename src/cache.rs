@@ -97,7 +97,7 @@ status: {nodeStatus: {gpu-1: NodeDownloading}}
         let state = r#"
 apiVersion: v1
 kind: Node
-metadata: {name: gpu-1, labels: {node-type: gpu}}
+metadata: {name: gpu-1, labels: {node-type: gpu, kubernetes.io/hostname: gpu-1}}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -138,7 +138,7 @@ metadata: {name: mine-workers, namespace: team-a}
         let h = h.hit().expect("a hit with PVC, Node and status");
         assert_eq!(h.cache.name, "llama3-8b");
         let p = h.placement.as_ref().unwrap();
-        assert_eq!(p.nodes, ["gpu-1"]);
+        assert_eq!(p.hostnames, ["gpu-1"]);
         assert_eq!(
             p.required_terms.as_ref().unwrap()[0]
                 .match_expressions

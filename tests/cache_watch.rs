@@ -66,7 +66,7 @@ fn cluster_cache(name: &str, uri: &str) -> Value {
 fn routable(server: &FakeApiServer) {
     server.apply(
         NODES,
-        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "gpu"}}, "spec": {}}),
+        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "gpu", "kubernetes.io/hostname": "gpu-1"}}, "spec": {}}),
     );
     let caches = [
         "shared",
@@ -596,7 +596,7 @@ async fn pvc_deletion_and_node_status_changes_reach_the_next_admission() {
     // The Node leaves the group (relabelled): nothing downloaded is left there.
     server.apply(
         NODES,
-        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "cpu"}}}),
+        json!({"metadata": {"name": "gpu-1", "labels": {"node-type": "cpu", "kubernetes.io/hostname": "gpu-1"}}}),
     );
     eventually("not-downloaded", || {
         let w = resolve(store, "team-a", "hf://org/llama").1;

@@ -76,7 +76,7 @@ fn fixture_path(rel: &str) -> std::path::PathBuf {
 
 /// The pin to the nodes that have the model (gpu-node-1 in the status fixture).
 fn pin() -> Value {
-    json!({"key": "metadata.name", "operator": "In", "values": ["gpu-node-1"]})
+    json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]})
 }
 
 /// One endpoint's answer, decoded from the bytes the API server would get.
@@ -1157,7 +1157,7 @@ const KEY_LLAMA3_8B: &str = "c41ae4f29d692d55"; // hf://meta-llama/Meta-Llama-3-
 const KEY_S3_MODEL: &str = "89da10faf446bbf1"; // s3://mybucket/mymodel
 
 fn gpu_terms() -> Value {
-    json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}], "matchFields": [pin()]}])
+    json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}, pin()]}])
 }
 
 #[test]
@@ -1303,8 +1303,8 @@ fn kserve_pods_resolve_with_precedence_subpaths_and_misses() {
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         json!([{"matchExpressions": [
             {"key": "zone", "operator": "In", "values": ["a"]},
-            {"key": "node-type", "operator": "In", "values": ["gpu"]}],
-            "matchFields": [pin()]}])
+            {"key": "node-type", "operator": "In", "values": ["gpu"]},
+            pin()]}])
     );
 
     // The namespace's own cache (tests/fixtures/namespace-caches.yaml) beats the cluster's, even

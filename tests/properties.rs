@@ -324,7 +324,14 @@ fn caches() -> CacheIndex {
     .unwrap();
     index.upsert_node_group("g1", Some(vec![term]));
     index.upsert_node_group("g2", None);
-    index.upsert_node("n1", [("zone".to_string(), "z1".to_string())].into());
+    index.upsert_node(
+        "n1",
+        [
+            ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+            ("zone".to_string(), "z1".to_string()),
+        ]
+        .into(),
+    );
     index
 }
 
@@ -1166,12 +1173,14 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
                     // gains the pin to the nodes with the model.
                     prop_assert_eq!(new_terms.len(), old_terms.len().max(1));
                 }
-                let pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1"]});
+                let pin =
+                    json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]});
                 for t in &new_terms {
                     prop_assert!(
-                        t["matchFields"]
+                        t["matchExpressions"]
                             .as_array()
-                            .is_some_and(|f| f.contains(&pin)),
+                            .and_then(|e| e.last())
+                            .is_some_and(|last| *last == pin),
                         "{}",
                         t
                     );

@@ -568,8 +568,8 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
     );
     assert_eq!(
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
-        json!([{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100"]}],
-                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}])
+        json!([{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100"]},
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["a100-1"]}]}])
     );
     // The writable cache: fsGroup 102 and the prep container first, fsGroup branch.
     assert_eq!(
@@ -614,8 +614,8 @@ fn caches_resolve_the_model_and_the_prep_container_is_injected() {
     );
     assert_eq!(
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
-        json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}]),
-        "team-nodes' PV has no node affinity: pinned by node name only"
+        json!([{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a100-1"]}]}]),
+        "team-nodes' PV has no node affinity: pinned by hostname only"
     );
 
     // Files are the whole truth: without the PVC, the miss names the PVC a user must create.

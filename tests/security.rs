@@ -43,7 +43,10 @@ fn caches() -> CacheIndex {
         .downloaded_on(&["n1"]),
     );
     idx.upsert_node_group("workers", None);
-    idx.upsert_node("n1", Default::default());
+    idx.upsert_node(
+        "n1",
+        [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
+    );
     let bound = PvcState {
         phase: PvcPhase::Bound,
         deleting: false,

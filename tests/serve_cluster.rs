@@ -98,12 +98,15 @@ fn model_cache_annotation(review: &[u8], answer: &Answer) -> String {
         .to_string()
 }
 
-/// The node names the pod is pinned to (`matchFields metadata.name In`), if any.
+/// The hostnames the pod is pinned to (its first term's last requirement,
+/// `kubernetes.io/hostname In`), if any.
 fn pinned_nodes(pod: &Value) -> Option<Value> {
-    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"][0]["matchFields"][0]
-        .get("values")
-        .cloned()
+    let pin = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"]
+        .as_array()?
+        .last()?
+        .clone();
+    (pin["key"] == "kubernetes.io/hostname").then(|| pin["values"].clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +123,7 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     for node in ["gpu-1", "gpu-2"] {
         api.apply(
             NODES,
-            json!({"metadata": {"name": node, "labels": {"node-type": "gpu"}}, "spec": {}}),
+            json!({"metadata": {"name": node, "labels": {"node-type": "gpu", "kubernetes.io/hostname": node}}, "spec": {}}),
         );
     }
     api.apply(

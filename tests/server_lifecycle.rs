@@ -275,7 +275,7 @@ async fn environment_variables_and_cache_files_reach_the_server() {
          nodeGroups: [workers]\nstatus:\n  nodeStatus: {gpu-1: NodeDownloaded}\n---\n\
          apiVersion: serving.kserve.io/v1alpha1\nkind: LocalModelNodeGroup\nmetadata: {name: workers}\n\
          spec: {persistentVolumeSpec: {local: {path: /models}}}\n---\n\
-         apiVersion: v1\nkind: Node\nmetadata: {name: gpu-1}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: gpu-1, labels: {kubernetes.io/hostname: gpu-1}}\n---\n\
          apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: llama-workers, namespace: ml-team}\n",
     )
     .unwrap();

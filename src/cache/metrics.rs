@@ -179,7 +179,10 @@ mod tests {
             .downloaded_on(&["n1"]),
         );
         index.upsert_node_group("workers", None);
-        index.upsert_node("n1", Default::default());
+        index.upsert_node(
+            "n1",
+            [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
+        );
         let bound = crate::cache::PvcState {
             phase: crate::cache::PvcPhase::Bound,
             deleting: false,

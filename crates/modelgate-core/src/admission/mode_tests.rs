@@ -566,7 +566,10 @@ fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
         index.upsert_pvc(ns, format!("{long_name}-workers"), bound);
     }
     index.upsert_node_group("workers", None);
-    index.upsert_node("n1", Default::default());
+    index.upsert_node(
+        "n1",
+        [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
+    );
     let mut object = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
     object["metadata"]["annotations"] = json!({"modelgate.io/model-uri": uri});
     let source = format!("LocalModelNamespaceCache ns-enforce/{long_name}");

@@ -562,6 +562,51 @@ fn canonical_prep_is_left_alone_and_a_stale_one_is_replaced() {
     assert!(a.warnings().iter().any(|w| w.contains("replaced")));
 }
 
+/// After modelgate's patch the API server re-runs its own admission plugins, and the
+/// ServiceAccount plugin mounts the token into the injected prep too (SPEC.md §4). That prep is
+/// still canonical: the reinvoked /mutate leaves it, /validate allows it.
+#[test]
+fn the_prep_with_the_api_servers_token_mount_needs_no_second_round() {
+    let token_volume = json!({"name": "kube-api-access-7xq2n", "projected": {"defaultMode": 420,
+        "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}});
+    let token_mount = json!({"name": "kube-api-access-7xq2n", "readOnly": true,
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"});
+    let mut object = cache_pod(pvc_volume());
+    object["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(token_volume);
+    object["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(token_mount.clone());
+    let first = mutate(object).patched;
+    // What the plugin does on its re-run: the prep lacks a mount at the token path, so it gets one.
+    let mut replugged = first.clone();
+    let prep = &mut replugged["spec"]["initContainers"][0];
+    assert_eq!(prep["name"], "model-cache-prep");
+    prep["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(token_mount);
+    prep["imagePullPolicy"] = json!("IfNotPresent");
+    let again = mutate(replugged);
+    assert!(again.patch.is_empty(), "{:?}", again.patch);
+}
+
+/// The prep's requests equal its limits, so a pod whose containers all have requests equal to
+/// limits stays `Guaranteed` (static CPU pinning).
+#[test]
+fn the_prep_keeps_a_guaranteed_pod_guaranteed() {
+    let mut object = cache_pod(pvc_volume());
+    let equal = json!({"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}});
+    object["spec"]["containers"][0]["resources"] = equal;
+    let patched = mutate(object).patched;
+    let resources = &prep_of(&patched)["resources"];
+    assert!(resources["limits"]["cpu"].is_string() && resources["limits"]["memory"].is_string());
+    assert_eq!(resources["requests"], resources["limits"]);
+}
+
 #[test]
 fn validator_lets_through_only_the_canonical_prep() {
     let cfg = PolicyConfig::default();
@@ -645,7 +690,14 @@ fn caches() -> CacheIndex {
     .unwrap();
     idx.upsert_node_group("workers", Some(vec![term]));
     idx.upsert_node_group("gpu", None);
-    idx.upsert_node("n1", [("node-type".to_string(), "gpu".to_string())].into());
+    idx.upsert_node(
+        "n1",
+        [
+            ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+            ("node-type".to_string(), "gpu".to_string()),
+        ]
+        .into(),
+    );
     let bound = PvcState {
         phase: PvcPhase::Bound,
         deleting: false,
@@ -662,7 +714,7 @@ fn caches() -> CacheIndex {
 }
 
 fn pin() -> Value {
-    json!({"key": "metadata.name", "operator": "In", "values": ["n1"]})
+    json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]})
 }
 
 fn model_pod(annotations: Value) -> Value {
@@ -723,7 +775,7 @@ fn namespace_cache_beats_cluster_cache_and_is_mounted() {
     assert_eq!(
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
-        json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}], "matchFields": [pin()]}])
+        json!([{"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["gpu"]}, pin()]}])
     );
     assert!(ann.get("modelgate.io/model-cache-reason").is_none());
 }
@@ -746,11 +798,11 @@ fn other_namespaces_use_the_cluster_cache_and_never_anothers() {
         ann["modelgate.io/resolved-uri"],
         format!("pvc://llama-gpu/models/{key}")
     );
-    // gpu's PV has no node affinity: the pod is pinned by node name only.
+    // gpu's PV has no node affinity: the pod is pinned by hostname only.
     assert_eq!(
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
-        json!([{"matchFields": [pin()]}])
+        json!([{"matchExpressions": [pin()]}])
     );
 
     let a = mutate_with(
@@ -948,8 +1000,8 @@ fn node_group_terms_are_anded_into_each_existing_term() {
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
         json!([
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, gpu], "matchFields": [pin()]},
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}, pin()], "matchExpressions": [gpu]}
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, gpu, pin()]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}], "matchExpressions": [gpu, pin()]}
         ])
     );
 }
@@ -965,10 +1017,11 @@ fn a_second_pass_replaces_modelgates_own_node_pin_when_the_downloaded_nodes_chan
         json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
     );
     let zone_a = json!({"key": "zone", "operator": "In", "values": ["a"]});
-    let users_pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]});
+    let users_pin =
+        json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]});
     p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [zone_a]},
-        {"matchFields": [users_pin]}
+        {"matchExpressions": [users_pin]}
     ]}}});
     let first = mutate_with("Pod", "team-c", p, &cfg, &caches());
     let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
@@ -980,14 +1033,21 @@ fn a_second_pass_replaces_modelgates_own_node_pin_when_the_downloaded_nodes_chan
     assert_eq!(
         terms(&first),
         json!([
-            {"matchExpressions": [zone_a, gpu], "matchFields": [pin()]},
-            {"matchFields": [users_pin, pin()], "matchExpressions": [gpu]}
+            {"matchExpressions": [zone_a, gpu, pin()]},
+            {"matchExpressions": [users_pin, gpu, pin()]}
         ])
     );
 
     // Between the passes n1 loses the model and n2 (a gpu node of the group) has it.
     let mut moved = caches();
-    moved.upsert_node("n2", [("node-type".to_string(), "gpu".to_string())].into());
+    moved.upsert_node(
+        "n2",
+        [
+            ("kubernetes.io/hostname".to_string(), "n2".to_string()),
+            ("node-type".to_string(), "gpu".to_string()),
+        ]
+        .into(),
+    );
     moved.upsert_cache(
         CacheEntry::new(
             CacheScope::Cluster,
@@ -999,20 +1059,20 @@ fn a_second_pass_replaces_modelgates_own_node_pin_when_the_downloaded_nodes_chan
     );
     // `mutate_with` also checks that a further pass changes nothing.
     let second = mutate_with("Pod", "team-c", first.patched.clone(), &cfg, &moved);
-    let n2 = json!({"key": "metadata.name", "operator": "In", "values": ["n2"]});
+    let n2 = json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]});
     assert_eq!(
         terms(&second),
         json!([
-            {"matchExpressions": [zone_a, gpu], "matchFields": [n2]},
-            {"matchFields": [users_pin, n2], "matchExpressions": [gpu]}
+            {"matchExpressions": [zone_a, gpu, n2]},
+            {"matchExpressions": [users_pin, gpu, n2]}
         ])
     );
     // Only the pin's values changed: one operation per term.
     assert_eq!(
         second.patch,
         [
-            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0", "value": n2}),
-            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/1/matchFields/1", "value": n2}),
+            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/2", "value": n2}),
+            json!({"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/1/matchExpressions/2", "value": n2}),
         ]
     );
     // Nothing changed: nothing to do.
@@ -1041,7 +1101,11 @@ fn a_second_pass_after_the_group_changed_still_keeps_one_pin_per_term() {
     .unwrap();
     moved.upsert_node_group("workers", Some(terms));
     for (node, zone) in [("n2", "b"), ("n3", "c")] {
-        let labels = [("node-type", "gpu"), ("zone", zone)];
+        let labels = [
+            ("kubernetes.io/hostname", node),
+            ("node-type", "gpu"),
+            ("zone", zone),
+        ];
         moved.upsert_node(
             node,
             labels.map(|(k, v)| (k.to_string(), v.to_string())).into(),
@@ -1057,36 +1121,38 @@ fn a_second_pass_after_the_group_changed_still_keeps_one_pin_per_term() {
         .downloaded_on(&["n2", "n3"]),
     );
     let second = mutate_with("Pod", "team-c", first.patched.clone(), &cfg, &moved);
-    let n2_n3 = json!({"key": "metadata.name", "operator": "In", "values": ["n2", "n3"]});
+    let n2_n3 = json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2", "n3"]});
     assert_eq!(
         second.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
         json!([
             // The group's terms are ANDed in as on any pass (the term's own requirements are
-            // kept as they are); the pin is replaced, in the term and in its copy.
-            {"matchExpressions": [gpu, gpu, zone_b], "matchFields": [n2_n3]},
-            {"matchExpressions": [gpu, gpu, zone_c], "matchFields": [n2_n3]}
+            // kept as they are); the pin is replaced, in the term and in its copy, and stays
+            // the last requirement.
+            {"matchExpressions": [gpu, gpu, zone_b, n2_n3]},
+            {"matchExpressions": [gpu, gpu, zone_c, n2_n3]}
         ])
     );
 }
 
-/// A user's own `metadata.name` pin on a pod modelgate has not routed is the user's: a hit ANDs
+/// A user's own hostname pin on a pod modelgate has not routed is the user's: a hit ANDs
 /// modelgate's pin next to it, never in its place.
 #[test]
 fn a_users_own_node_pin_is_kept_on_the_first_pass() {
     let mut p = model_pod(
         json!({"modelgate.io/model-uri": "hf://org/m", "modelgate.io/node-group": "workers"}),
     );
-    let users_pin = json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n9"]});
+    let users_pin =
+        json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n9"]});
     p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [users_pin]}
+        {"matchExpressions": [users_pin]}
     ]}}});
     let a = mutate_with("Pod", "team-c", p, &PolicyConfig::default(), &caches());
     let gpu = json!({"key": "node-type", "operator": "In", "values": ["gpu"]});
     assert_eq!(
         a.patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"],
-        json!([{"matchFields": [users_pin, pin()], "matchExpressions": [gpu]}])
+        json!([{"matchExpressions": [users_pin, gpu, pin()]}])
     );
 }
 

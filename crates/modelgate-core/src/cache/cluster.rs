@@ -480,7 +480,7 @@ mod tests {
             },
             Converted::Node {
                 name: "n1".into(),
-                labels: Default::default(),
+                labels: [("kubernetes.io/hostname".into(), "n1".into())].into(),
             },
             Converted::Pvc {
                 namespace: "x".into(),

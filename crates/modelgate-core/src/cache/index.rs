@@ -334,8 +334,8 @@ pub struct Hit {
     /// The model URI after the (trimmed) cache URI: empty or starting with `/`.
     pub sub_path: String,
     /// nodeGroups mode: the chosen group, its PV's required node terms (`None`: the PV has no
-    /// node affinity) and the group's nodes with `NodeDownloaded` that fit the pod's
-    /// nodeSelector, sorted. pvcRef mode: `None`.
+    /// node affinity) and the hostnames of the group's nodes with `NodeDownloaded` that fit the
+    /// pod's nodeSelector. pvcRef mode: `None`.
     pub placement: Option<Placement>,
 }
 
@@ -343,8 +343,14 @@ pub struct Hit {
 pub struct Placement {
     pub node_group: String,
     pub required_terms: Option<Arc<[NodeSelectorTerm]>>,
-    pub nodes: Vec<String>,
+    /// The [`HOSTNAME_LABEL`] values of those nodes, sorted: what the pod is pinned to (a
+    /// node without the label cannot be pinned and is left out).
+    pub hostnames: Vec<String>,
 }
+
+/// The node label a hit pins the pod by: `matchExpressions` on it take many values, while the
+/// API server accepts exactly one value for `matchFields metadata.name In`.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 impl Hit {
     /// `models/<dir><sub-path>`: the mount's subPath.
@@ -829,23 +835,22 @@ impl CacheIndex {
                 if let Err(missing) = self.check_pvc(req.namespace, &pvc) {
                     return miss(MissReason::PvcMissing, missing);
                 }
-                let nodes: Vec<String> = cache
+                let mut hostnames: Vec<String> = cache
                     .status
                     .nodes()
-                    .filter(|(node, state)| {
-                        **state == NodeState::Downloaded
-                            && group.members.contains(*node)
-                            && self
-                                .nodes
-                                .get(*node)
-                                .is_some_and(|labels| selector_matches(selector, labels))
-                    })
-                    .map(|(node, _)| node.to_string())
+                    .filter(|(_, state)| **state == NodeState::Downloaded)
+                    .filter(|(node, _)| group.members.contains(*node))
+                    .filter_map(|(node, _)| self.nodes.get(node))
+                    .filter(|labels| selector_matches(selector, labels))
+                    .filter_map(|labels| labels.get(HOSTNAME_LABEL))
+                    .map(String::clone)
                     .collect();
-                if nodes.is_empty() {
+                hostnames.sort_unstable();
+                hostnames.dedup();
+                if hostnames.is_empty() {
                     return miss(
                         MissReason::NotDownloaded,
-                        self.why_not_downloaded(cache, group_name),
+                        self.why_not_downloaded(cache, group_name, selector),
                     );
                 }
                 let dir = match req.layout {
@@ -859,7 +864,7 @@ impl CacheIndex {
                     placement: Some(Placement {
                         node_group: group_name.to_string(),
                         required_terms: group.terms.clone(),
-                        nodes,
+                        hostnames,
                     }),
                     cache: cache.clone(),
                 })
@@ -922,7 +927,7 @@ impl CacheIndex {
         }
     }
 
-    fn why_not_downloaded(&self, cache: &CacheEntry, group: &str) -> String {
+    fn why_not_downloaded(&self, cache: &CacheEntry, group: &str, selector: Selector) -> String {
         if !cache.status.reported {
             return format!(
                 "no node of group {group} has NodeDownloaded ({} has no status.nodeStatus)",
@@ -937,8 +942,10 @@ impl CacheIndex {
                 format!("{node} NodeDownloaded but Node {node} does not exist")
             } else if !self.node_groups[group].members.contains(node) {
                 format!("{node} NodeDownloaded but not in node group {group}")
-            } else {
+            } else if !selector_matches(selector, &self.nodes[node]) {
                 format!("{node} NodeDownloaded but outside the pod's nodeSelector")
+            } else {
+                format!("{node} NodeDownloaded but has no {HOSTNAME_LABEL} label to pin the pod to")
             };
             notes.push(note);
             if notes.len() == 5 {

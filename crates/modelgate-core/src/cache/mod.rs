@@ -12,8 +12,8 @@ pub(crate) mod objects;
 
 pub use cluster::Kind;
 pub use index::{
-    CacheEntry, CacheIndex, CacheScope, CacheStatus, CacheStorage, Hit, Lookup, LookupRequest,
-    Miss, MissReason, Placement, PvcPhase, PvcState, Resolved,
+    CacheEntry, CacheIndex, CacheScope, CacheStatus, CacheStorage, HOSTNAME_LABEL, Hit, Lookup,
+    LookupRequest, Miss, MissReason, Placement, PvcPhase, PvcState, Resolved,
 };
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
 

@@ -168,9 +168,11 @@ pub(super) fn canonical<'a>(
                 cpu: "100m",
                 memory: "64Mi",
             },
+            // Equal to the limits: an init container with requests below its limits makes the
+            // pod `Burstable`, which would cost a `Guaranteed` serving pod its static CPU pinning.
             requests: CpuMemory {
-                cpu: "10m",
-                memory: "16Mi",
+                cpu: "100m",
+                memory: "64Mi",
             },
         },
         security_context: PrepSecurityContext {
@@ -214,9 +216,17 @@ const DEFAULTED: [&str; 3] = [
     "terminationMessagePolicy",
 ];
 
+/// Where the API server's ServiceAccount admission plugin mounts the service account token.
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The name prefix of the projected token volume that plugin adds (`kube-api-access-<random>`).
+const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
+
 /// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
 /// received: every field but the defaulted ones must be canonical, including fields this code's
-/// types do not know, so nothing can ride along with a root container.
+/// types do not know, so nothing can ride along with a root container. The one addition
+/// allowed is what the API server's ServiceAccount plugin appends to every container when it
+/// re-runs after a webhook's patch: a read-only mount of the pod's projected
+/// `kube-api-access-*` volume at the token path, after the cache mount.
 pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &PrepContainer) -> bool {
     let Some(raw) = w.spec.init_containers().get(index).map(|c| c.raw) else {
         return false;
@@ -227,7 +237,32 @@ pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &PrepContai
     for key in DEFAULTED {
         existing.remove(key);
     }
+    if let Some(serde_json::Value::Array(mounts)) = existing.get_mut("volumeMounts")
+        && mounts.len() == 2
+        && is_token_mount(w, &mounts[1])
+    {
+        mounts.pop();
+    }
     serde_json::to_value(canonical).is_ok_and(|c| c == serde_json::Value::Object(existing))
+}
+
+/// Whether `mount` is exactly the ServiceAccount plugin's token mount (`name`, `readOnly: true`,
+/// `mountPath`, nothing else) of a projected `kube-api-access-*` volume of this pod.
+fn is_token_mount(w: &Workload, mount: &serde_json::Value) -> bool {
+    let Some(fields) = mount.as_object() else {
+        return false;
+    };
+    let Some(name) = fields.get("name").and_then(|n| n.as_str()) else {
+        return false;
+    };
+    fields.len() == 3
+        && fields.get("mountPath").and_then(|p| p.as_str()) == Some(TOKEN_MOUNT_PATH)
+        && fields.get("readOnly").and_then(|r| r.as_bool()) == Some(true)
+        && name.starts_with(TOKEN_VOLUME_PREFIX)
+        && w.spec
+            .volumes()
+            .iter()
+            .any(|v| v.name() == name && v.sources.len() == 1 && v.has_source("projected"))
 }
 
 /// The canonical container's command for the pod as it stands (for validation), or `None` when
@@ -259,7 +294,15 @@ mod tests {
     }
 
     fn judged(raw: serde_json::Value, canonical: &PrepContainer) -> bool {
-        let text = serde_json::json!({ "initContainers": [raw] }).to_string();
+        judged_with_volumes(raw, serde_json::json!([]), canonical)
+    }
+
+    fn judged_with_volumes(
+        raw: serde_json::Value,
+        volumes: serde_json::Value,
+        canonical: &PrepContainer,
+    ) -> bool {
+        let text = serde_json::json!({ "initContainers": [raw], "volumes": volumes }).to_string();
         let spec: crate::policy::view::PodSpecView = serde_json::from_str(&text).unwrap();
         let w = Workload {
             namespace: "t",
@@ -289,7 +332,7 @@ mod tests {
                 "command": ["sh", "-c", "chown 0:102 /models && chmod g+rwX /models"],
                 "volumeMounts": [{"name": "model-cache", "mountPath": "/models"}],
                 "resources": {
-                    "requests": {"cpu": "10m", "memory": "16Mi"},
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
                     "limits": {"cpu": "100m", "memory": "64Mi"}
                 },
                 "securityContext": {
@@ -326,5 +369,67 @@ mod tests {
         let mut other_uid = json;
         other_uid["command"][2] = command("/models", 101, None).into();
         assert!(!judged(other_uid, &c));
+    }
+
+    /// The ServiceAccount plugin's token mount, as the API server appends it to the prep when it
+    /// re-runs its plugins after modelgate's patch, keeps the prep canonical; anything else
+    /// mounted alongside does not.
+    #[test]
+    fn the_api_servers_token_mount_is_part_of_the_canonical_form() {
+        let cfg = PolicyConfig::default();
+        let cmd = canonical_command(&cfg, None, Some(102));
+        let c = canonical(&cfg, "model-cache", &cmd);
+        let token_volume = serde_json::json!({"name": "kube-api-access-x7k2p", "projected": {
+            "defaultMode": 420,
+            "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]
+        }});
+        let cache_volume =
+            serde_json::json!({"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}});
+        let volumes = serde_json::json!([cache_volume, token_volume]);
+        let token_mount = serde_json::json!({
+            "name": "kube-api-access-x7k2p",
+            "readOnly": true,
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"
+        });
+        let with_mount = |mount: serde_json::Value| {
+            let mut prep = serde_json::to_value(&c).unwrap();
+            prep["volumeMounts"].as_array_mut().unwrap().push(mount);
+            prep["imagePullPolicy"] = "IfNotPresent".into();
+            prep
+        };
+        assert!(judged_with_volumes(
+            with_mount(token_mount.clone()),
+            volumes.clone(),
+            &c
+        ));
+
+        // Writable, elsewhere, with more fields, or of a volume that is not the projected token.
+        let mut writable = token_mount.clone();
+        writable["readOnly"] = false.into();
+        let mut elsewhere = token_mount.clone();
+        elsewhere["mountPath"] = "/host".into();
+        let mut sub_path = token_mount.clone();
+        sub_path["subPath"] = "x".into();
+        let mut cache_as_token = token_mount.clone();
+        cache_as_token["name"] = "model-cache".into();
+        for mount in [writable, elsewhere, sub_path, cache_as_token] {
+            assert!(
+                !judged_with_volumes(with_mount(mount.clone()), volumes.clone(), &c),
+                "{mount}"
+            );
+        }
+        let host =
+            serde_json::json!([{"name": "kube-api-access-x7k2p", "hostPath": {"path": "/"}}]);
+        assert!(!judged_with_volumes(
+            with_mount(token_mount.clone()),
+            host,
+            &c
+        ));
+        // The mount without its volume in the pod.
+        assert!(!judged_with_volumes(
+            with_mount(token_mount),
+            serde_json::json!([]),
+            &c
+        ));
     }
 }

@@ -9,7 +9,9 @@ use serde::Serialize;
 use super::Change;
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
-use crate::cache::{CacheIndex, Hit, Lookup, LookupRequest, Miss, MissReason, Resolved};
+use crate::cache::{
+    CacheIndex, HOSTNAME_LABEL, Hit, Lookup, LookupRequest, Miss, MissReason, Resolved,
+};
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, Fields, PatchBuilder};
 
@@ -296,14 +298,13 @@ fn is_model_mount(m: &VolumeMountView, mount_path: &str, sub_path: &str) -> bool
         && m.recursive_read_only.is_none()
 }
 
-/// The group's required node terms, each ANDed with `metadata.name In [<downloaded nodes>]`
-/// (node names, as the DaemonSet controller pins pods: a hostname label need not equal the name),
-/// the pin last in each term's `matchFields`.
+/// The group's required node terms, each ANDed with `kubernetes.io/hostname In [<hostnames of
+/// the downloaded nodes>]`, the pin last in each term's `matchExpressions`.
 fn placement_terms(p: &crate::cache::Placement) -> Vec<NodeSelectorTerm> {
     let pin = NodeSelectorRequirement {
-        key: "metadata.name".into(),
+        key: HOSTNAME_LABEL.into(),
         operator: "In".into(),
-        values: Some(p.nodes.clone()),
+        values: Some(p.hostnames.clone()),
     };
     let group_terms = match &p.required_terms {
         Some(terms) if !terms.is_empty() => terms.to_vec(),
@@ -312,7 +313,9 @@ fn placement_terms(p: &crate::cache::Placement) -> Vec<NodeSelectorTerm> {
     group_terms
         .into_iter()
         .map(|mut t| {
-            t.match_fields.get_or_insert_default().push(pin.clone());
+            t.match_expressions
+                .get_or_insert_default()
+                .push(pin.clone());
             t
         })
         .collect()
@@ -351,8 +354,8 @@ fn implies(term: &NodeSelectorTermView, required: &NodeSelectorTerm) -> bool {
     implies_besides(term, required, None)
 }
 
-/// [`implies`], leaving out the `matchFields` requirement at `own_pin` in `term` and the pin
-/// (the last `matchFields` requirement) of `required`: the rest of the term is in place.
+/// [`implies`], leaving out the `matchExpressions` requirement at `own_pin` in `term` and the
+/// pin (the last `matchExpressions` requirement) of `required`: the rest of the term is in place.
 fn implies_besides(
     term: &NodeSelectorTermView,
     required: &NodeSelectorTerm,
@@ -369,29 +372,30 @@ fn implies_besides(
                 .any(|(i, h)| Some(i) != skip && same_requirement(h, n))
         })
     }
-    let need_fields = required.match_fields.as_deref().unwrap_or_default();
-    let need_fields = match own_pin {
-        Some(_) => &need_fields[..need_fields.len().saturating_sub(1)],
-        None => need_fields,
+    let need_expressions = required.match_expressions.as_deref().unwrap_or_default();
+    let need_expressions = match own_pin {
+        Some(_) => &need_expressions[..need_expressions.len().saturating_sub(1)],
+        None => need_expressions,
     };
     contains(
         term.match_expressions.as_deref().unwrap_or_default(),
-        None,
-        required.match_expressions.as_deref().unwrap_or_default(),
+        own_pin,
+        need_expressions,
     ) && contains(
         term.match_fields.as_deref().unwrap_or_default(),
-        own_pin,
-        need_fields,
+        None,
+        required.match_fields.as_deref().unwrap_or_default(),
     )
 }
 
-/// The node pin an earlier pass of modelgate wrote into `term`: its last `matchFields`
-/// requirement `metadata.name In` (modelgate appends its pin after the user's requirements).
+/// The node pin an earlier pass of modelgate wrote into `term`: its last `matchExpressions`
+/// requirement `kubernetes.io/hostname In` (modelgate appends its pin after the user's
+/// requirements).
 fn own_pin(term: &NodeSelectorTermView) -> Option<usize> {
-    term.match_fields
+    term.match_expressions
         .as_deref()?
         .iter()
-        .rposition(|r| r.key() == "metadata.name" && r.operator() == "In")
+        .rposition(|r| r.key() == HOSTNAME_LABEL && r.operator() == "In")
 }
 
 /// The pod's requirement `have` is the requirement `need` (values in the same order, as
@@ -407,7 +411,8 @@ fn same_requirement(have: &NodeSelectorRequirementView, need: &NodeSelectorRequi
 }
 
 /// Appends `required`'s requirements to the term at `term_path` (which holds `term`); with
-/// `own_pin`, `required`'s pin replaces the one modelgate wrote there instead.
+/// `own_pin`, the pin modelgate wrote there is removed first (`required`'s own pin, its last
+/// `matchExpressions` requirement, takes its place at the end).
 fn and_into(
     term_path: &FieldPath,
     term: &NodeSelectorTermView,
@@ -429,13 +434,17 @@ fn and_into(
     ];
     for (key, exists, extra) in lists {
         let list = term_path.key(key);
-        let mut extra = extra.unwrap_or_default();
-        if key == "matchFields"
+        let extra = extra.unwrap_or_default();
+        if key == "matchExpressions"
             && let Some(p) = own_pin
-            && let Some((pin, rest)) = extra.split_last()
         {
-            patch.replace(&list.index(p), pin);
-            extra = rest;
+            // The stale pin goes; the new one is appended after the rest, so that it stays the
+            // term's last `kubernetes.io/hostname In` (how a later pass recognises it).
+            patch.remove(&list.index(p));
+            for e in extra {
+                patch.append(&list, e);
+            }
+            continue;
         }
         if extra.is_empty() {
             continue;
@@ -507,9 +516,12 @@ fn require_node_terms(
         {
             // Only the pin is stale: its node list is replaced, the rest of the term kept (no
             // copy of this term follows, so the order of operations does not matter here).
-            let new_pin = r.match_fields.as_deref().and_then(|f| f.last());
+            let new_pin = r.match_expressions.as_deref().and_then(|e| e.last());
             if let Some(new_pin) = new_pin {
-                patch.replace(&terms_path.index(i).key("matchFields").index(p), new_pin);
+                patch.replace(
+                    &terms_path.index(i).key("matchExpressions").index(p),
+                    new_pin,
+                );
             }
             continue;
         }

@@ -31,7 +31,10 @@ fn index() -> CacheIndex {
             .downloaded_on(&["n1"]),
     );
     idx.upsert_node_group("workers", None);
-    idx.upsert_node("n1", Default::default());
+    idx.upsert_node(
+        "n1",
+        [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
+    );
     let bound = crate::cache::PvcState {
         phase: crate::cache::PvcPhase::Bound,
         deleting: false,

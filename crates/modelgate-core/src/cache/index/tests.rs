@@ -36,9 +36,30 @@ fn cluster() -> CacheIndex {
     let mut idx = CacheIndex::new();
     idx.upsert_node_group("gpu", Some(vec![term("node-type", "In", &["gpu"])]));
     idx.upsert_node_group("cpu", Some(vec![term("node-type", "In", &["cpu"])]));
-    idx.upsert_node("g1", labels(&[("node-type", "gpu"), ("zone", "a")]));
-    idx.upsert_node("g2", labels(&[("node-type", "gpu"), ("zone", "b")]));
-    idx.upsert_node("c1", labels(&[("node-type", "cpu"), ("zone", "a")]));
+    idx.upsert_node(
+        "g1",
+        labels(&[
+            ("kubernetes.io/hostname", "g1"),
+            ("node-type", "gpu"),
+            ("zone", "a"),
+        ]),
+    );
+    idx.upsert_node(
+        "g2",
+        labels(&[
+            ("kubernetes.io/hostname", "g2"),
+            ("node-type", "gpu"),
+            ("zone", "b"),
+        ]),
+    );
+    idx.upsert_node(
+        "c1",
+        labels(&[
+            ("kubernetes.io/hostname", "c1"),
+            ("node-type", "cpu"),
+            ("zone", "a"),
+        ]),
+    );
     idx.upsert_pvc("team-a", "llama-gpu", BOUND);
     idx.upsert_pvc("team-a", "llama-cpu", BOUND);
     idx
@@ -95,10 +116,62 @@ fn a_full_hit_names_pvc_dir_sub_path_terms_and_downloaded_nodes() {
     );
     let p = h.placement.unwrap();
     assert_eq!(p.node_group, "gpu");
-    assert_eq!(p.nodes, ["g1", "g2"]);
+    assert_eq!(p.hostnames, ["g1", "g2"]);
     assert_eq!(
         p.required_terms.as_deref(),
         Some(&[term("node-type", "In", &["gpu"])][..])
+    );
+}
+
+/// The pin is by the `kubernetes.io/hostname` label (a label may differ from the node's name,
+/// and many values are valid there, unlike `matchFields metadata.name`); a downloaded node
+/// without the label cannot be pinned and is left out, and with none left the answer is a miss.
+#[test]
+fn the_pin_is_the_hostname_labels_of_the_downloaded_nodes() {
+    let mut idx = cluster();
+    idx.upsert_node(
+        "g3",
+        labels(&[
+            ("kubernetes.io/hostname", "ip-10-0-0-3"),
+            ("node-type", "gpu"),
+        ]),
+    );
+    idx.upsert_node("g4", labels(&[("node-type", "gpu")]));
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1", "g3", "g4"]));
+    let h = hit(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(h.placement.unwrap().hostnames, ["g1", "ip-10-0-0-3"]);
+
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g4"]));
+    let m = miss(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(m.reason, MissReason::NotDownloaded);
+    assert_eq!(
+        m.missing.as_deref(),
+        Some(
+            "no node of group gpu has NodeDownloaded (g4 NodeDownloaded but has no \
+             kubernetes.io/hostname label to pin the pod to)"
+        )
+    );
+}
+
+/// A model downloaded on 50 nodes: one requirement with 50 values.
+#[test]
+fn a_model_on_fifty_nodes_is_one_pin_with_fifty_hostnames() {
+    let mut idx = cluster();
+    let names: Vec<String> = (0..50).map(|i| format!("gpu-{i:02}")).collect();
+    for n in &names {
+        idx.upsert_node(
+            n.as_str(),
+            labels(&[("kubernetes.io/hostname", n), ("node-type", "gpu")]),
+        );
+    }
+    let on: Vec<&str> = names.iter().map(String::as_str).collect();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&on));
+    assert_eq!(
+        hit(&idx, &req("team-a", "hf://org/llama"))
+            .placement
+            .unwrap()
+            .hostnames,
+        names
     );
 }
 
@@ -229,7 +302,7 @@ fn requested_node_group_must_be_listed() {
     };
     let h = hit(&idx, &r);
     assert_eq!(
-        (h.pvc.as_str(), h.placement.unwrap().nodes),
+        (h.pvc.as_str(), h.placement.unwrap().hostnames),
         ("llama-gpu", vec!["g1".to_string()])
     );
     let r = LookupRequest {
@@ -386,7 +459,7 @@ fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
         hit(&idx, &req("team-a", "hf://org/llama"))
             .placement
             .unwrap()
-            .nodes,
+            .hostnames,
         ["g1"]
     );
     // Downloaded nodes outside the pod's nodeSelector are left out, and none left is a miss.
@@ -407,12 +480,15 @@ fn node_and_group_changes_move_membership() {
         MissReason::NotDownloaded
     );
     // c1 is relabelled into the gpu group.
-    idx.upsert_node("c1", labels(&[("node-type", "gpu")]));
+    idx.upsert_node(
+        "c1",
+        labels(&[("kubernetes.io/hostname", "c1"), ("node-type", "gpu")]),
+    );
     assert_eq!(
         hit(&idx, &req("team-a", "hf://org/llama"))
             .placement
             .unwrap()
-            .nodes,
+            .hostnames,
         ["c1"]
     );
     // The group's affinity changes to zone a only: c1 has no zone now.

@@ -13,6 +13,12 @@
 #   .tools/bin/prometheus, .tools/bin/promtool  Prometheus 2.42.0 from Debian's `prometheus`
 #                          package (apt-get download + dpkg-deb -x: no service, no root needed
 #                          unless the package lists must be updated first)
+#   .tools/go/             Go 1.19 (GOROOT) from Debian's golang-1.19-go + golang-1.19-src, and
+#   .tools/gopath/src/     github.com/evanphx/json-patch (the v4 API kube-apiserver applies
+#                          patches with) + github.com/pkg/errors, and github.com/ghodss/yaml +
+#                          gopkg.in/yaml.v2 (what sigs.k8s.io/yaml, kubectl's YAML reader, forked),
+#                          from Debian's -dev packages: the offline GOPATH of the API-server
+#                          harness (scripts/check-apiserver.sh)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,6 +76,16 @@ RUFF_VERSION="0.17.5"
 # update replaces the older revision in the archive).
 PROMETHEUS_DEB_VERSION="2.42.0+ds-*"
 PROMETHEUS_VERSION="2.42.0"
+# Debian bookworm's Go toolchain (upstream 1.19.8, any Debian revision, checked by `go version`)
+# and the harness's Go libraries, pinned to the byte (they are source only).
+GO_DEB_VERSION="1.19.8-*"
+GO_VERSION="go1.19.8"
+GO_LIBRARY_DEBS=(
+  "golang-github-evanphx-json-patch-dev=5.2.0-2 fb479b192c085871076c96b335b91d40b57237f6f8df94ab777c058c3b3e299d"
+  "golang-github-pkg-errors-dev=0.9.1-2 87227544904795f81d8c660b7854045a1ef78d5c690993bb4a0c43e05104ca64"
+  "golang-github-ghodss-yaml-dev=1.0.0+git20220118.d8423dc-2 68646f42be2367e7eb4decb40d3fef1ef0547f12b164b2e17439df5d477cf862"
+  "golang-gopkg-yaml.v2-dev=2.4.0-4 cc805f37a67e8c2f5e7f7e882a0db09d173db20421af316ec81d3961f865f5d9"
+)
 # ------------------------------------------------------------------------------------------------
 
 log() { printf 'install-tools: %s\n' "$*" >&2; }
@@ -172,9 +188,63 @@ install_prometheus() {
   log "installed prometheus and promtool $PROMETHEUS_VERSION ($(basename "$deb")) into $BIN"
 }
 
+# apt-get download into DIR of PACKAGE=VERSION..., updating the package lists (root only) if the
+# first attempt fails.
+apt_download() {
+  local dir="$1"
+  shift
+  if ! (cd "$dir" && apt-get download -q "$@" >/dev/null 2>&1); then
+    [[ "$(id -u)" -eq 0 ]] || die "apt-get download $* failed; run 'apt-get update' as root and retry"
+    log "updating the package lists (apt-get update)"
+    apt-get update -q >/dev/null || die "apt-get update failed"
+    (cd "$dir" && apt-get download -q "$@" >/dev/null 2>&1) || die "apt-get download $* failed"
+  fi
+}
+
+go_stamp_value() { printf '%s\n' "$GO_DEB_VERSION" "${GO_LIBRARY_DEBS[@]}" | sha256sum | cut -d' ' -f1; }
+
+go_ok() {
+  local out
+  [[ -x "$TOOLS/go/bin/go" && -x "$TOOLS/go/bin/gofmt" ]] \
+    && [[ -f "$TOOLS/golang/.modelgate-debs" ]] \
+    && [[ "$(cat "$TOOLS/golang/.modelgate-debs")" == "$(go_stamp_value)" ]] \
+    && [[ -f "$TOOLS/gopath/src/github.com/evanphx/json-patch/patch.go" ]] \
+    && [[ -f "$TOOLS/gopath/src/github.com/ghodss/yaml/yaml.go" ]] \
+    && out="$(env -u GOROOT "$TOOLS/go/bin/go" version 2>/dev/null)" && [[ "$out" == "go version $GO_VERSION "* ]]
+}
+
+install_go() {
+  need apt-get "to fetch Debian's Go packages"
+  need dpkg-deb "to unpack Debian's Go packages"
+  local tmp deb entry pkg sha
+  tmp="$(mktemp -d)"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  chmod 0777 "$tmp" # apt's download user writes here
+  log "fetching golang-1.19-go=$GO_DEB_VERSION, golang-1.19-src and the Go library sources from Debian's archive"
+  apt_download "$tmp" "golang-1.19-go=$GO_DEB_VERSION" "golang-1.19-src=$GO_DEB_VERSION"
+  for entry in "${GO_LIBRARY_DEBS[@]}"; do
+    pkg="${entry%% *}"
+    sha="${entry##* }"
+    apt_download "$tmp" "$pkg"
+    deb="$(ls "$tmp/${pkg%%=*}"_*.deb)"
+    echo "$sha  $deb" | sha256sum -c --quiet - \
+      || die "checksum mismatch for $(basename "$deb") (expected sha256 $sha)"
+  done
+  rm -rf "$TOOLS/golang" "$TOOLS/go" "$TOOLS/gopath"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$TOOLS/golang"; done
+  # GOROOT is Debian's /usr/lib/go-1.19 (its src is a relative link into usr/share/go-1.19).
+  ln -sfn golang/usr/lib/go-1.19 "$TOOLS/go"
+  ln -sfn golang/usr/share/gocode "$TOOLS/gopath"
+  go_stamp_value >"$TOOLS/golang/.modelgate-debs"
+  go_ok || die "go from Debian's golang-1.19-go is not $GO_VERSION: $("$TOOLS/go/bin/go" version 2>&1 || true)"
+  log "installed $GO_VERSION into $TOOLS/go and its libraries into $TOOLS/gopath"
+}
+
 if ! helm_ok || ! kubectl_ok; then install_layer; fi
 venv_ok || install_venv
 prometheus_ok || install_prometheus
+go_ok || install_go
 
 ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"
 ln -sf ../venv/bin/hadolint "$BIN/hadolint"
@@ -190,4 +260,4 @@ ln -sf ../venv/bin/ruff "$BIN/ruff"
   || die "pytest is not $PYTEST_VERSION"
 [[ "$("$BIN/ruff" --version)" == "ruff $RUFF_VERSION" ]] || die "ruff is not $RUFF_VERSION"
 
-log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, prometheus $PROMETHEUS_VERSION in $BIN"
+log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, prometheus $PROMETHEUS_VERSION in $BIN; $GO_VERSION in $TOOLS/go"

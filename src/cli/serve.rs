@@ -77,8 +77,9 @@ pub struct ServeArgs {
     #[arg(long, env = "MODELGATE_SHUTDOWN_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
-    /// Time a client has for the TLS handshake and for each request's headers (HTTP/1.1);
-    /// slower clients are disconnected.
+    /// Time a client has for the TLS handshake and for its first request; slower clients are
+    /// disconnected. A later request's head on a kept-alive HTTP/1.1 connection has
+    /// --idle-timeout (a kept-alive connection waiting for the next request is idle, not slow).
     #[arg(long, env = "MODELGATE_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub header_read_timeout: Duration,
 
@@ -166,6 +167,13 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
     open_files_for(args.limits.max_connections);
+    if args.limits.idle_timeout <= crate::server::limits::API_SERVER_IDLE {
+        tracing::warn!(
+            idle_timeout = ?args.limits.idle_timeout,
+            "--idle-timeout is not above kube-apiserver's 90 s idle connection timeout: a connection \
+             modelgate closes while the API server reuses it fails that admission (it does not retry)"
+        );
+    }
     let super::LoadedFiles {
         index,
         namespaces,

@@ -28,14 +28,31 @@ pub const SOCKET_SEND_BUF_BYTES: usize = 64 * 1024;
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long kube-apiserver keeps an idle webhook connection (client-go's `IdleConnTimeout`): an
+/// `--idle-timeout` at or below it closes connections the API server may be about to reuse.
+pub const API_SERVER_IDLE: Duration = Duration::from_secs(90);
+
+/// Room for three API servers at their default `--max-mutating-requests-inflight` (200) with
+/// 25 kept-alive connections each, and some to spare: every concurrent webhook call of an API
+/// server is a connection of its own (HTTP/1.1, one request at a time).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+
 #[derive(Args, Clone, Debug, PartialEq, Eq)]
 #[command(next_help_heading = "Client limits (docs/security.md)")]
 pub struct Limits {
-    /// Open webhook connections in total; a connection beyond it is closed as soon as it is
-    /// accepted, established ones are not disturbed.
-    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = 128,
+    /// Open webhook connections in total; at the cap the listener stops accepting, and new
+    /// connections wait in the kernel's listen backlog until one closes (never accepted and
+    /// closed: kube-apiserver does not retry a failed call).
+    #[arg(long, env = "MODELGATE_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
+
+    /// Open HTTP/2 connections, within --max-connections. Beyond it new connections are offered
+    /// only HTTP/1.1 in ALPN: kube-apiserver speaks HTTP/1.1 to webhooks, and an HTTP/2
+    /// connection can hold far more memory (streams, windows) than an HTTP/1.1 one.
+    #[arg(long, env = "MODELGATE_MAX_HTTP2_CONNECTIONS", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub max_http2_connections: u32,
 
     /// Streams (requests) one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, env = "MODELGATE_MAX_CONCURRENT_STREAMS", default_value_t = 16,
@@ -62,8 +79,9 @@ pub struct Limits {
     pub max_pending_accept_resets: u32,
 
     /// A connection on which no request started for this long is closed (GOAWAY, then closed
-    /// for good if it is still open after as long again).
-    #[arg(long, env = "MODELGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
+    /// for good if it is still open after as long again). Keep it above kube-apiserver's 90 s:
+    /// an HTTP/1.1 connection closed under a client that is reusing it fails that admission.
+    #[arg(long, env = "MODELGATE_IDLE_TIMEOUT", default_value = "120s", value_parser = positive_duration)]
     pub idle_timeout: Duration,
 
     /// Longest wait for the next part of a request body; a stalled body gets 408 well before
@@ -75,12 +93,13 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: 128,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_http2_connections: 64,
             max_concurrent_streams: 16,
             max_requests_in_flight: 4,
             max_header_list_bytes: 8 * 1024,
             max_pending_accept_resets: 20,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
             body_progress_timeout: Duration::from_secs(2),
         }
     }

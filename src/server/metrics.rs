@@ -69,6 +69,7 @@ pub struct Metrics {
     cert_expiry: Gauge,
     inflight: Gauge,
     connections_dropped: Family<ReasonLabels, Counter>,
+    accept_paused: Counter,
     open_connections: Gauge,
     /// `modelgate_cache_lookups_total`, registered by the cache metrics, counted here from each
     /// admission's summary.
@@ -159,11 +160,12 @@ impl Metrics {
             "Webhook connections refused or closed by the server (limits, timeouts, protocol errors), by reason",
             connections_dropped.clone(),
         );
-        // Exported at 0 from the start: the alert on refused connections (a rate) then has a
-        // series to read before the first refusal, and its absence means a broken scrape.
-        let _ = connections_dropped.get_or_create(&ReasonLabels {
-            reason: "max_connections",
-        });
+        let accept_paused = Counter::default();
+        registry.register(
+            "modelgate_accept_paused",
+            "Times the webhook listener stopped accepting because --max-connections connections were open (new connections wait in the listen backlog)",
+            accept_paused.clone(),
+        );
         let open_connections = Gauge::default();
         registry.register(
             "modelgate_open_connections",
@@ -181,6 +183,7 @@ impl Metrics {
             cert_expiry,
             inflight,
             connections_dropped,
+            accept_paused,
             open_connections,
             cache_lookups: None,
         }
@@ -262,6 +265,11 @@ impl Metrics {
         self.connections_dropped
             .get_or_create(&ReasonLabels { reason })
             .inc();
+    }
+
+    /// Counts a pause of the accept loop at `--max-connections`.
+    pub fn accept_paused(&self) {
+        self.accept_paused.inc();
     }
 
     /// Counts a connection as open until the guard drops.
@@ -346,8 +354,8 @@ mod tests {
         assert!(
             m.encode()
                 .unwrap()
-                .contains(r#"modelgate_connections_dropped_total{reason="max_connections"} 0"#),
-            "exported before the first refusal"
+                .contains("modelgate_accept_paused_total 0"),
+            "exported before the first pause, for the alert's rate"
         );
         let summary = Summary {
             kind: "Pod".into(),
@@ -360,7 +368,8 @@ mod tests {
         m.error("payload_too_large");
         m.tls_reloaded(true, Some(1_900_000_000));
         let guard = m.inflight();
-        m.connection_dropped("max_connections");
+        m.connection_dropped("idle_timeout");
+        m.accept_paused();
         let conn = m.open_connection();
         let text = m.encode().unwrap();
         drop(guard);
@@ -372,7 +381,8 @@ mod tests {
             r#"modelgate_tls_reloads_total{result="success"} 1"#,
             "modelgate_tls_certificate_expiry_timestamp_seconds 1900000000",
             "modelgate_inflight_requests 1",
-            r#"modelgate_connections_dropped_total{reason="max_connections"} 1"#,
+            r#"modelgate_connections_dropped_total{reason="idle_timeout"} 1"#,
+            "modelgate_accept_paused_total 1",
             "modelgate_open_connections 1",
             "process_cpu_seconds_total ",
             "process_resident_memory_bytes ",

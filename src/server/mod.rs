@@ -127,6 +127,23 @@ struct ConnectionSettings {
     limits: Limits,
 }
 
+/// Where the server is in its life, as every connection sees it (SPEC.md §7: kube-apiserver
+/// does not retry a POST that meets a closed connection, so the server never closes one under a
+/// client that may be about to use it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Answering as usual.
+    Serving,
+    /// From the first signal to the end of the grace period: still answering, new connections
+    /// included, but every HTTP/1.1 answer carries `Connection: close` (the client closes that
+    /// connection after reading it) and HTTP/2 connections get a GOAWAY, so that clients move
+    /// to other replicas. Idle connections are left open.
+    Draining,
+    /// After the grace period: the listener is closed, connections that stayed idle through the
+    /// grace period are closed, the others finish their in-flight requests.
+    Stopped,
+}
+
 impl Server {
     /// Loads the certificate (a failure is logged; `/readyz` stays 503 until a good pair
     /// appears) and binds both listeners.
@@ -134,8 +151,7 @@ impl Server {
         let metrics = Arc::new(options.metrics);
         let reloader = Arc::new(TlsReloader::new(options.tls));
         reloader.reload_and_report(&metrics);
-        let webhook = TcpListener::bind(options.listen)
-            .await
+        let webhook = bind_with_backlog(options.listen)
             .with_context(|| format!("--listen {}: cannot bind", options.listen))?;
         let probe = TcpListener::bind(options.probe_listen)
             .await
@@ -187,7 +203,7 @@ impl Server {
                 tracing::error!(error = %e, "probe listener failed");
             }
         });
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
         let settings = ConnectionSettings {
             header_read_timeout,
             limits: state.limits.clone(),
@@ -198,23 +214,25 @@ impl Server {
             webhook_routes(state.clone()),
             settings,
             state.metrics.clone(),
-            stop_rx,
+            phase_rx,
         ));
         tracing::info!(listener = "webhook", addr = %webhook_addr, "listening");
         tracing::info!(listener = "probe", addr = %probe_addr, "listening");
 
         let first = signals.recv().await;
         state.draining.store(true, Ordering::Release);
+        let _ = phase_tx.send(Phase::Draining);
         tracing::info!(
             signal = first,
             grace = ?shutdown_grace,
-            "shutting down: /readyz is 503; serving on for the grace period (a second signal ends it)"
+            "shutting down: /readyz is 503; serving on for the grace period (a second signal ends it), \
+             HTTP/1.1 answers with Connection: close, HTTP/2 connections sent GOAWAY"
         );
         tokio::select! {
             () = tokio::time::sleep(shutdown_grace) => {}
             again = signals.recv() => tracing::info!(signal = again, "grace period cut short"),
         }
-        let _ = stop_tx.send(true);
+        let _ = phase_tx.send(Phase::Stopped);
         let drained = accept.await.unwrap_or(false);
         reload.abort();
         probe_task.abort();
@@ -234,7 +252,12 @@ fn http_builder(settings: &ConnectionSettings) -> auto::Builder<TokioExecutor> {
     let mut http = auto::Builder::new(TokioExecutor::new());
     http.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout)
+        // hyper runs this timer whenever a connection waits for a request head, idle kept-alive
+        // connections included: at `--header-read-timeout` it would close an idle connection
+        // after 10 s, under kube-apiserver, which keeps them 90 s and does not retry a POST
+        // that meets the close. So it is the idle timeout here; the first request's head is
+        // bounded by `--header-read-timeout` in `watch_connection` (`no_request`).
+        .header_read_timeout(settings.limits.idle_timeout)
         // The read buffer holds the request head; hyper refuses less than 8 KiB.
         .max_buf_size((limits.max_header_list_bytes as usize).max(8192))
         .max_headers(100);
@@ -314,8 +337,43 @@ fn drop_reason(error: &(dyn std::error::Error + 'static)) -> Option<&'static str
     None
 }
 
-/// Accepts TLS connections until `stop`, then closes the listener and drains the connections.
-/// Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
+const CONNECTION_CLOSE: axum::http::HeaderValue = axum::http::HeaderValue::from_static("close");
+
+/// After a change of `phase`: records draining in `draining`, and says whether the server
+/// stopped (a dropped sender counts as stopped).
+fn phase_reached(
+    changed: Result<(), watch::error::RecvError>,
+    phase: &watch::Receiver<Phase>,
+    draining: &AtomicBool,
+) -> bool {
+    let now = match changed {
+        Ok(()) => *phase.borrow(),
+        Err(_) => Phase::Stopped,
+    };
+    if now != Phase::Serving {
+        draining.store(true, Ordering::Release);
+    }
+    now == Phase::Stopped
+}
+
+/// Connections the kernel queues for the webhook listener while the accept loop is paused at
+/// `--max-connections` (tokio's own `bind` queues 128; the kernel caps the figure at
+/// `net.core.somaxconn`, 4096 on current kernels). Beyond it the kernel drops SYNs and the client
+/// resends them after 1, 3, 7 s: slower, but never a failed connection.
+const LISTEN_BACKLOG: u32 = 1024;
+
+fn bind_with_backlog(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can bind while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Socket options of every webhook connection:
 /// - `TCP_NODELAY`: an h2 connection carries many answers, each written as it is ready; with
 ///   Nagle's algorithm a small write waits for the ACK of the previous one, which the client
@@ -327,13 +385,15 @@ fn configure_accepted(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
 }
 
+/// Accepts TLS connections until [`Phase::Stopped`], then closes the listener and drains the
+/// connections. Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
 async fn accept_loop(
     listener: TcpListener,
     tls: Arc<TlsReloader>,
     app: Router,
     settings: ConnectionSettings,
     metrics: Arc<Metrics>,
-    mut stop: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) -> bool {
     let http = http_builder(&settings);
     // The protocol is the one ALPN agreed on; sniffing the first bytes is only the fallback for
@@ -343,12 +403,46 @@ async fn accept_loop(
     let max_connections = settings.limits.max_connections;
     // One permit per open connection; the drain waits until all are back.
     let connections = Arc::new(Semaphore::new(max_connections as usize));
+    // One permit per connection that may speak HTTP/2 (offered `h2` in ALPN).
+    let http2_connections = Arc::new(Semaphore::new(
+        settings.limits.max_http2_connections as usize,
+    ));
+    // Read by every HTTP/1.1 answer: whether to add `Connection: close`.
+    let draining = Arc::new(AtomicBool::new(false));
     loop {
-        let stopped = async {
-            let _ = stop.wait_for(|stop| *stop).await;
+        // At the cap the listener stops accepting: a new connection waits in the kernel's listen
+        // backlog (its TLS handshake with it) until a slot frees, instead of being accepted and
+        // closed, which a client that does not retry would see as a failed admission.
+        let permit = match connections.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                metrics.accept_paused();
+                tracing::debug!(
+                    max_connections,
+                    "--max-connections open: new connections wait in the listen backlog"
+                );
+                None
+            }
+        };
+        let permit = match permit {
+            Some(permit) => permit,
+            None => tokio::select! {
+                changed = phase.changed() => {
+                    if phase_reached(changed, &phase, &draining) {
+                        break;
+                    }
+                    continue;
+                }
+                permit = connections.clone().acquire_owned() => permit.expect("never closed"),
+            },
         };
         let accepted = tokio::select! {
-            () = stopped => break,
+            changed = phase.changed() => {
+                if phase_reached(changed, &phase, &draining) {
+                    break;
+                }
+                continue;
+            }
             accepted = listener.accept() => accepted,
         };
         let (tcp, peer) = match accepted {
@@ -360,13 +454,13 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            // Closed at once, before any TLS work: established connections keep their share.
-            metrics.connection_dropped("max_connections");
-            tracing::debug!(%peer, max_connections, "connection refused: --max-connections reached");
-            continue;
+        // An HTTP/2 slot, if one is free: without one the connection is offered HTTP/1.1 only.
+        let http2_permit = http2_connections.clone().try_acquire_owned().ok();
+        let config = match http2_permit {
+            Some(_) => tls.current(),
+            None => tls.current_http1_only(),
         };
-        let Some(config) = tls.current() else {
+        let Some(config) = config else {
             tracing::debug!(%peer, "connection closed: no TLS certificate loaded");
             continue;
         };
@@ -378,7 +472,8 @@ async fn accept_loop(
         let router = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let settings = settings.clone();
-        let stop = stop.clone();
+        let phase = phase.clone();
+        let draining = draining.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _open = metrics.open_connection();
@@ -408,22 +503,40 @@ async fn accept_loop(
                     return;
                 }
             };
-            let http = match stream.get_ref().1.alpn_protocol() {
-                Some(b"h2") => h2,
-                Some(b"http/1.1") => h1,
-                _ => http,
+            let (http, is_h2) = match stream.get_ref().1.alpn_protocol() {
+                Some(b"h2") => (h2, true),
+                Some(b"http/1.1") => (h1, false),
+                // No ALPN: sniffed, unless HTTP/2 was not on offer.
+                _ if http2_permit.is_some() => (http, false),
+                _ => (h1, false),
             };
+            // The HTTP/2 slot is kept only by a connection that may speak HTTP/2.
+            let _http2_permit = http2_permit
+                .filter(|_| !matches!(stream.get_ref().1.alpn_protocol(), Some(b"http/1.1")));
             // The first request's time starts once the handshake is done.
             let activity = Arc::new(Activity::new());
             let service = {
                 let activity = activity.clone();
-                hyper::service::service_fn(move |req| {
+                hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     activity.request_started();
-                    hyper::service::Service::call(&router, req)
+                    let http1 = req.version() < axum::http::Version::HTTP_2;
+                    let answer = hyper::service::Service::call(&router, req);
+                    let draining = draining.clone();
+                    async move {
+                        let mut response = answer.await?;
+                        // Decided when the answer is ready, so that a request in flight at the
+                        // signal closes its connection too.
+                        if http1 && draining.load(Ordering::Acquire) {
+                            response
+                                .headers_mut()
+                                .insert(header::CONNECTION, CONNECTION_CLOSE);
+                        }
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
                 })
             };
             let conn = http.serve_connection(TokioIo::new(stream), service);
-            if let Some(reason) = watch_connection(conn, &activity, &settings, stop).await {
+            if let Some(reason) = watch_connection(conn, is_h2, &activity, &settings, phase).await {
                 metrics.connection_dropped(reason);
                 tracing::debug!(%peer, reason, "connection dropped");
             }
@@ -447,12 +560,16 @@ async fn accept_loop(
 /// - no request started for `--idle-timeout`: GOAWAY and a graceful close (`idle_timeout`);
 ///   a client that keeps its streams open past as long again (it stopped reading, or its
 ///   flow-control window stays shut) is closed for good (`stalled`);
-/// - at shutdown: a graceful close; the accept loop's drain bounds how long it may take.
+/// - [`Phase::Draining`]: an HTTP/2 connection gets a GOAWAY (its in-flight streams finish);
+///   an HTTP/1.1 one is left to its client, whose next answer carries `Connection: close`;
+/// - [`Phase::Stopped`]: a graceful close (an idle HTTP/1.1 connection closes at once); the
+///   accept loop's drain bounds how long it may take.
 async fn watch_connection<C>(
     conn: C,
+    is_h2: bool,
     activity: &Activity,
     settings: &ConnectionSettings,
-    mut stop: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) -> Option<&'static str>
 where
     C: GracefulConnection,
@@ -463,8 +580,26 @@ where
     tokio::pin!(conn);
     // Set when the server starts closing the connection for a reason of its own.
     let mut closing: Option<(&'static str, Instant)> = None;
-    let mut draining = false;
+    // A graceful close was asked for because of the phase.
+    let mut shutting = false;
+    let mut stopped = false;
+    // A connection opened while draining acts on the phase at once.
+    let mut now_phase = Some(*phase.borrow_and_update());
     loop {
+        match now_phase.take() {
+            Some(Phase::Draining) if is_h2 && closing.is_none() && !shutting => {
+                conn.as_mut().graceful_shutdown();
+                shutting = true;
+            }
+            Some(Phase::Stopped) => {
+                stopped = true;
+                if closing.is_none() && !shutting {
+                    conn.as_mut().graceful_shutdown();
+                    shutting = true;
+                }
+            }
+            _ => {}
+        }
         let wake = match (closing, activity.last_request()) {
             (Some((_, since)), _) => since + idle,
             (None, None) => activity.opened + first_request.min(idle),
@@ -482,7 +617,7 @@ where
                     }
                 };
             }
-            () = tokio::time::sleep_until(wake.into()), if !draining => {
+            () = tokio::time::sleep_until(wake.into()), if !stopped => {
                 let now = Instant::now();
                 match (closing, activity.last_request()) {
                     (Some(_), _) => return Some("stalled"),
@@ -493,15 +628,16 @@ where
                     (None, Some(last)) if now < last + idle => continue,
                     (None, Some(_)) => {}
                 }
-                conn.as_mut().graceful_shutdown();
-                closing = Some(("idle_timeout", now));
-            }
-            _ = stop.wait_for(|stop| *stop), if !draining => {
-                // The accept loop's drain bounds how long this may take.
-                draining = true;
-                if closing.is_none() {
+                if !shutting {
                     conn.as_mut().graceful_shutdown();
                 }
+                closing = Some(("idle_timeout", now));
+            }
+            changed = phase.changed(), if !stopped => {
+                now_phase = Some(match changed {
+                    Ok(()) => *phase.borrow_and_update(),
+                    Err(_) => Phase::Stopped,
+                });
             }
         }
     }
@@ -517,7 +653,7 @@ pub async fn serve_router(
     tls: TlsFiles,
     app: Router,
     header_read_timeout: Duration,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<bool> {
     let reloader = Arc::new(TlsReloader::new(tls));
     if let tls::Reload::Failed(e) = reloader.reload() {
@@ -529,7 +665,12 @@ pub async fn serve_router(
         limits: Limits::default(),
     };
     let metrics = Arc::new(Metrics::new());
-    Ok(accept_loop(listener, reloader, app, settings, metrics, stop).await)
+    let (phase_tx, phase) = watch::channel(Phase::Serving);
+    tokio::spawn(async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+        let _ = phase_tx.send(Phase::Stopped);
+    });
+    Ok(accept_loop(listener, reloader, app, settings, metrics, phase).await)
 }
 
 fn webhook_routes(state: Arc<AppState>) -> Router {

@@ -171,6 +171,9 @@ impl Contents {
 /// A loaded server configuration and what the metrics and logs say about it.
 pub struct Loaded {
     pub config: Arc<ServerConfig>,
+    /// The same configuration offering only `http/1.1` in ALPN: for new connections while
+    /// `--max-http2-connections` HTTP/2 connections are open.
+    pub http1_only: Arc<ServerConfig>,
     pub not_after: OffsetDateTime,
 }
 
@@ -207,8 +210,11 @@ fn build(files: &TlsFiles, contents: &Contents) -> Result<Loaded, TlsError> {
         .with_single_cert(pair.chain, pair.key)
         .map_err(pair_error)?;
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    let mut http1_only = config.clone();
+    http1_only.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Loaded {
         config: Arc::new(config),
+        http1_only: Arc::new(http1_only),
         not_after: pair.not_after,
     })
 }
@@ -237,6 +243,7 @@ enum Seen {
 pub struct TlsReloader {
     files: TlsFiles,
     current: ArcSwapOption<ServerConfig>,
+    http1_only: ArcSwapOption<ServerConfig>,
     seen: Mutex<Seen>,
 }
 
@@ -245,6 +252,7 @@ impl TlsReloader {
         TlsReloader {
             files,
             current: ArcSwapOption::empty(),
+            http1_only: ArcSwapOption::empty(),
             seen: Mutex::new(Seen::Nothing),
         }
     }
@@ -252,6 +260,11 @@ impl TlsReloader {
     /// The configuration for a new connection; `None` until a pair has loaded.
     pub fn current(&self) -> Option<Arc<ServerConfig>> {
         self.current.load_full()
+    }
+
+    /// [`current`](Self::current), offering only `http/1.1` in ALPN.
+    pub fn current_http1_only(&self) -> Option<Arc<ServerConfig>> {
+        self.http1_only.load_full()
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -286,6 +299,9 @@ impl TlsReloader {
         *seen = Seen::Contents(contents);
         match result {
             Ok(loaded) => {
+                // The HTTP/1.1-only one first: a connection that sees the new full
+                // configuration never gets an older HTTP/1.1-only one after it.
+                self.http1_only.store(Some(loaded.http1_only));
                 self.current.store(Some(loaded.config));
                 Reload::Loaded {
                     not_after: loaded.not_after,

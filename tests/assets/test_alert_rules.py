@@ -89,16 +89,16 @@ CASES = {
         "ModelgateCachesNotSynced", {f'modelgate_cache_synced{{{SEL},kind="LocalModelCache"}}': "0x5 1x35"},
         "15m", [],
     ),
-    "connections refused at --max-connections": case(
-        "ModelgateConnectionsRefused",
-        {f'modelgate_connections_dropped_total{{{SEL},reason="max_connections"}}': "0+3x40"},
+    "the accept loop pauses at --max-connections, time and again": case(
+        "ModelgateConnectionCapReached",
+        {f"modelgate_accept_paused_total{{{SEL}}}": "0+3x40"},
         "15m", [{**WARN, "job": "modelgate", "namespace": NS}],
     ),
-    "only idle connections closed": case(
-        "ModelgateConnectionsRefused",
-        {f'modelgate_connections_dropped_total{{{SEL},reason="idle_timeout"}}': "0+30x40",
-         f'modelgate_connections_dropped_total{{{SEL},reason="max_connections"}}': "5x40"},
-        "15m", [],
+    "one pause in a burst, idle connections closed": case(
+        "ModelgateConnectionCapReached",
+        {f"modelgate_accept_paused_total{{{SEL}}}": "0x10 1x30",
+         f'modelgate_connections_dropped_total{{{SEL},reason="idle_timeout"}}': "0+30x40"},
+        "15m", [],  # pending since 11m: one pause's rate lasts 5 min, the alert needs more
     ),
     "the API server cannot call the mutating webhook": case(
         "ModelgateWebhookCallsFailing",

@@ -123,6 +123,24 @@ def test_spec_defaults_are_in_force(assets: Assets, serve_help, source: str) -> 
         warnings.warn(f"flags of SPEC.md §2 this binary does not have yet: {not_built}", stacklevel=1)
 
 
+CLIENT_LIMITS = [
+    "--max-connections", "--max-http2-connections", "--max-concurrent-streams", "--max-requests-in-flight", "--max-header-list-bytes",
+    "--max-pending-accept-resets", "--idle-timeout", "--body-progress-timeout",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("source", ["helm", "kustomize"])
+def test_client_limits_in_force_are_the_binarys_defaults(assets: Assets, serve_help, source: str) -> None:
+    """The chart passes every client limit (docs/security.md), the kustomize base none: both
+    must give the binary's defaults (--max-connections 1024 and --idle-timeout 120s, above the
+    API server's 90 s), so that the two installs and the memory formula agree."""
+    in_force = policy_flags(load(assets.render("default") if source == "helm" else assets.kustomize("default")))
+    got = {flag: in_force.get(flag, serve_help.get(flag)) for flag in CLIENT_LIMITS}
+    want = {flag: serve_help.get(flag) for flag in CLIENT_LIMITS}
+    assert got == want, f"{source}: {got}, serve --help: {want}"
+    assert want["--max-connections"] == "1024" and want["--idle-timeout"] == "120s", want
+
+
 def test_binary_defaults_are_the_spec_defaults(serve_help) -> None:
     wrong = [
         f"{flag}: SPEC.md says {want}, serve --help says {serve_help[flag]}"

@@ -306,6 +306,8 @@ pub struct Answer {
     pub status: StatusCode,
     pub version: hyper::Version,
     pub content_type: String,
+    /// The answer carried `Connection: close` (HTTP/1.1).
+    pub connection_close: bool,
     pub body: Bytes,
 }
 
@@ -408,6 +410,10 @@ impl Conn {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
+        let connection_close = resp
+            .headers()
+            .get("connection")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         let body = resp
             .into_body()
             .collect()
@@ -418,6 +424,7 @@ impl Conn {
             status,
             version,
             content_type,
+            connection_close,
             body,
         })
     }

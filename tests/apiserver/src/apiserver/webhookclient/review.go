@@ -34,6 +34,9 @@ type Response struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
+	// Close says the answer ended its connection ("Connection: close", which net/http removes
+	// from Header): the client closed it and sends the next call on another.
+	Close bool
 	// TLS is the connection state of the final attempt (the serving certificate it saw).
 	TLS *tls.ConnectionState
 	// Conn says whether the final attempt reused a pooled connection, and how long it had
@@ -79,7 +82,7 @@ func (c Call) Do(ctx context.Context, client *http.Client) (*Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	target, err := withTimeoutParam(c.URL, ctx)
+	target, err := withTimeoutParam(ctx, c.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +104,7 @@ func (c Call) Do(ctx context.Context, client *http.Client) (*Response, error) {
 
 // withTimeoutParam adds "?timeout=<seconds>s" as callHook does (Request.Timeout with the time
 // left until the deadline, rounded up to a whole second; Request.URL puts it in the query).
-func withTimeoutParam(raw string, ctx context.Context) (string, error) {
+func withTimeoutParam(ctx context.Context, raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", err
@@ -149,6 +152,7 @@ func post(ctx context.Context, client *http.Client, target string, body []byte) 
 			StatusCode: httpResp.StatusCode,
 			Header:     httpResp.Header,
 			Body:       data,
+			Close:      httpResp.Close,
 			TLS:        httpResp.TLS,
 			Conn:       conn,
 			Retries:    retries,

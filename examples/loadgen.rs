@@ -26,6 +26,11 @@
 //! 5. starts `serve` again with the cluster state of benches/cache_lookup.rs at 100 000 (100 000
 //!    caches with status, 100 000 PVCs, 5 000 Nodes) and reports its RSS once it serves.
 //!
+//! With `--go-client PATH`, steps 3 to 5 are replaced by running PATH, the Go load generator of
+//! `tests/apiserver/src/apiserver/cmd/loadgen` (kube-apiserver's own webhook client), against the
+//! two servers: `PATH -serve URL -floor URL -ca FILE -review FILE -serve-pid PID -floor-pid PID`
+//! followed by the words of `--go-args`; its output (a markdown table) is printed as it comes.
+//!
 //! Bounded in count (`--requests` per measurement, after `--warmup`) and in time
 //! (`--max-seconds` per measurement); loopback only. It is a command, not a test: nothing here
 //! fails because the machine is slow.
@@ -157,6 +162,10 @@ struct Options {
     /// `RUST_LOG` for serve (default: unset, so serve's own default `info`: one line per
     /// admission); `warn` measures serve without the admission line.
     serve_log: Option<String>,
+    /// The Go load generator to run instead of this program's own client (issue 19).
+    go_client: Option<PathBuf>,
+    /// Further arguments for it, split at spaces.
+    go_args: Vec<String>,
 }
 
 fn parse_options() -> anyhow::Result<Options> {
@@ -170,6 +179,8 @@ fn parse_options() -> anyhow::Result<Options> {
         caches_100k: 100_000,
         serve_prefix: Vec::new(),
         serve_log: None,
+        go_client: None,
+        go_args: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -191,11 +202,14 @@ fn parse_options() -> anyhow::Result<Options> {
                 o.serve_prefix = value()?.split_whitespace().map(String::from).collect()
             }
             "--serve-log" => o.serve_log = Some(value()?),
+            "--go-client" => o.go_client = Some(value()?.into()),
+            "--go-args" => o.go_args = value()?.split_whitespace().map(String::from).collect(),
             "-h" | "--help" => {
                 println!(
                     "usage: loadgen [--requests N] [--warmup N] [--max-seconds S] \
                      [--concurrency 1,16,64] [--review NAME] [--caches-count N] [--no-rss] \
-                     [--serve-prefix 'valgrind --tool=callgrind'] [--serve-log RUST_LOG]\n\
+                     [--serve-prefix 'valgrind --tool=callgrind'] [--serve-log RUST_LOG] \
+                     [--go-client PATH [--go-args 'ARGS']]\n\
                      NAME is a file in benches/reviews without .json (default llm-serving-pod)"
                 );
                 std::process::exit(0);
@@ -632,13 +646,40 @@ fn driver_main() -> anyhow::Result<()> {
     )?;
     let floor = spawn_floor(dir.path(), &certs, &review_path, &caches_path)?;
 
-    let rows = runtime.block_on(async {
+    runtime.block_on(async {
         for server in [&floor, &serve] {
             let client = Client::new(&certs.ca, server.addr, Proto::H1)?;
             wait_until_serving(&client, Duration::from_secs(30))
                 .await
                 .with_context(|| server.name)?;
         }
+        anyhow::Ok(())
+    })?;
+    if let Some(go) = &o.go_client {
+        // kube-apiserver's client drives the same two servers (issue 19).
+        let url = |s: &Server| format!("https://localhost:{}/mutate", s.addr.port());
+        let status = Command::new(go)
+            .arg("-serve")
+            .arg(url(&serve))
+            .arg("-floor")
+            .arg(url(&floor))
+            .arg("-ca")
+            .arg(&certs.ca)
+            .arg("-review")
+            .arg(&review_path)
+            .arg("-serve-pid")
+            .arg(serve.child.id().to_string())
+            .arg("-floor-pid")
+            .arg(floor.child.id().to_string())
+            .args(&o.go_args)
+            .status()
+            .with_context(|| go.display().to_string())?;
+        drop(serve);
+        drop(floor);
+        anyhow::ensure!(status.success(), "{}: {status}", go.display());
+        return Ok(());
+    }
+    let rows = runtime.block_on(async {
         let mut rows = Vec::new();
         for proto in [Proto::H1, Proto::H2] {
             for &c in &o.concurrency {

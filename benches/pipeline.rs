@@ -35,6 +35,26 @@ fn reviews() -> Vec<(&'static str, Vec<u8>)> {
     .collect()
 }
 
+/// The LLM serving pod as the template of a Deployment, compact (SPEC.md §11: `/validate`
+/// mutates the template in memory, then judges it; `/mutate` never patches a controller).
+fn llm_deployment_review(dir: &Path) -> Vec<u8> {
+    let pretty = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");
+    let mut review: serde_json::Value = serde_json::from_slice(&pretty).expect("JSON");
+    let request = &mut review["request"];
+    let pod = request["object"].take();
+    let labels = pod["metadata"]["labels"].clone();
+    request["kind"] = serde_json::json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    request["resource"] =
+        serde_json::json!({"group": "apps", "version": "v1", "resource": "deployments"});
+    request["object"] = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "llm", "namespace": pod["metadata"]["namespace"].clone()},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()}},
+    });
+    serde_json::to_vec(&review).expect("JSON")
+}
+
 /// The LLM serving review without the pretty-printing: how the API server sends it.
 fn compact_llm_review(dir: &Path) -> Vec<u8> {
     let pretty = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");
@@ -65,6 +85,13 @@ fn pipeline(c: &mut Criterion) {
             });
         }
     }
+    // A Deployment of the same pod, next to the Pod's two calls: what `/validate` costs for it.
+    let deployment = llm_deployment_review(&dir);
+    let out = admission::review(Webhook::Validate, &deployment, &ctx);
+    assert!(out.http_status == 200 && out.summary.allowed);
+    group.bench_function("validate/llm-serving-deployment-compact", |b| {
+        b.iter(|| admission::review(Webhook::Validate, black_box(&deployment), &ctx).body)
+    });
     group.finish();
 }
 

@@ -566,7 +566,7 @@ fn expectations() -> Vec<(&'static str, &'static str, Expect)> {
             "*",
             mutated(s()),
         ),
-        ("admissionreview/kube-review/readme_deployment_create_dryrun.json", "*", Other),
+        // A Deployment: judged through its pods in corpus_controllers_are_judged_as_their_pods_will_be.
         // An empty pod securityContext `{}` is filled in.
         ("admissionreview/kube-rs/webhook_body_v1_pod_create_gke.json", "*", mutated(s())),
         // generateName only, namespace from the request; pod runAsNonRoot already true.
@@ -844,10 +844,16 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
     let mut failures = Vec::new();
 
     for (rel, name, review) in corpus_reviews(&corpus) {
-        *per_file.entry(rel.clone()).or_default() += 1;
         let request_kind = review["request"]["kind"]["kind"].as_str().unwrap_or("");
+        if is_controller(&review) {
+            // Judged through their pods: corpus_controllers_are_judged_as_their_pods_will_be.
+            *by_outcome.entry("controller").or_default() += 1;
+            *per_file.entry(rel.clone()).or_default() += 1;
+            continue;
+        }
         let workload = matches!(request_kind, "Pod" | "Job")
             || review["kind"] == "AdmissionReview" && review["request"]["kind"].is_null();
+        *per_file.entry(rel.clone()).or_default() += 1;
         let found = table
             .iter()
             .position(|(f, n, _)| *f == rel && *n == name)
@@ -910,6 +916,119 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
         "{} corpus documents disagree with SPEC.md:\n\n{}",
         failures.len(),
         failures.join("\n\n")
+    );
+}
+
+/// A review of a workload controller (SPEC.md §11).
+fn is_controller(review: &Value) -> bool {
+    let kind = &review["request"]["kind"];
+    let field = |k: &str| kind[k].as_str().unwrap_or("");
+    modelgate::admission::WorkloadKind::of(field("group"), field("version"), field("kind"))
+        .is_some_and(|k| k.is_controller())
+}
+
+/// What the pods of a controller would get: the Pod of its template (as `audit` makes it)
+/// through `/mutate`, the patch applied, then `/validate`.
+fn pods_decision(label: &str, controller: &Value, namespace: &str, ctx: &Context) -> Answer {
+    let target = match modelgate::audit::extract(controller.clone(), namespace) {
+        Ok(modelgate::audit::Extracted::Target(t)) => t,
+        other => panic!("{label}: no pod template: {other:?}"),
+    };
+    let review = create_review("pod-of-template", &target.object, namespace);
+    let mutated = call(Webhook::Mutate, &review, ctx);
+    if !mutated.allowed {
+        return mutated;
+    }
+    let patched = apply(&target.object, mutated.patch());
+    call(Webhook::Validate, &with_object(&review, patched), ctx)
+}
+
+/// The controllers of the corpus (Kyverno's and Istio's samples, a kube-review Deployment) and
+/// the project's own Deployment: `/validate` gives each the decision its pods will get, naming
+/// the fields by the template's path; `/mutate` never patches one.
+#[test]
+fn corpus_controllers_are_judged_as_their_pods_will_be() {
+    let Some(corpus) = corpus_dir() else { return };
+    let cfg = config();
+    let index = CacheIndex::new();
+    let ctx = Context {
+        config: &cfg,
+        caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
+    };
+    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/deployment.yaml");
+    let own_text = std::fs::read_to_string(&own).unwrap();
+    let own_docs = read_documents("manifests/base/deployment.yaml", &own_text).unwrap();
+    let mut reviews: Vec<(String, String, Value)> = corpus_reviews(&corpus);
+    for (i, d) in own_docs.into_iter().enumerate() {
+        let review = create_review(&format!("own-{i}"), &d.value, "modelgate-system");
+        reviews.push((
+            "manifests/base/deployment.yaml".into(),
+            String::new(),
+            review,
+        ));
+    }
+    let (mut allowed, mut denied, mut own_seen) = (0, 0, 0);
+    for (rel, name, review) in reviews {
+        if !is_controller(&review) || review["request"]["operation"] != "CREATE" {
+            continue;
+        }
+        let label = format!("{rel} {name}");
+        let object = &review["request"]["object"];
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .or(review["request"]["namespace"].as_str())
+            .unwrap_or("default");
+        let m = call(Webhook::Mutate, &review, &ctx);
+        assert!(
+            m.allowed && m.ops.is_none(),
+            "{label}: a controller is never patched"
+        );
+        assert!(m.warnings.is_empty(), "{label}: {:?}", m.warnings);
+        let v = call(Webhook::Validate, &review, &ctx);
+        assert!(v.ops.is_none(), "{label}");
+        let pods = pods_decision(&label, object, namespace, &ctx);
+        assert_eq!(
+            v.allowed, pods.allowed,
+            "{label}: the controller's decision is its pods' ({} / {})",
+            v.message, pods.message
+        );
+        if v.allowed {
+            allowed += 1;
+        } else {
+            denied += 1;
+            let kind = object["kind"].as_str().unwrap_or("");
+            let prefix = if kind == "CronJob" {
+                "spec.jobTemplate.spec.template.spec"
+            } else {
+                "spec.template.spec"
+            };
+            assert!(v.message.contains(prefix), "{label}: {}", v.message);
+            // Each field the pods' denial names, named by the template's path.
+            for field in pods
+                .message
+                .split(". ")
+                .filter_map(|p| p.split(": ").next())
+            {
+                if let Some(rest) = field.strip_prefix("spec.") {
+                    assert!(
+                        v.message.contains(&format!("{prefix}.{rest}")),
+                        "{label}: {field} not in {}",
+                        v.message
+                    );
+                }
+            }
+        }
+        if rel.starts_with("manifests/") {
+            own_seen += 1;
+            assert!(v.allowed, "modelgate's own Deployment: {}", v.message);
+        }
+    }
+    println!("corpus controllers: {allowed} allowed, {denied} denied");
+    assert_eq!(own_seen, 1);
+    assert!(
+        allowed >= 3 && denied >= 3,
+        "{allowed} allowed, {denied} denied"
     );
 }
 

@@ -73,11 +73,9 @@ fn summary_is_one_line_per_object_with_decision_patch_count_and_warnings() {
         "{}",
         lines[2]
     );
-    assert!(
-        lines[2].contains("warnings:") && lines[2].contains("Deployment"),
-        "{}",
-        lines[2]
-    );
+    // A Deployment is judged by its pod template (SPEC.md §11), never patched: this one's pods
+    // would be allowed, and there is nothing to say.
+    assert!(!lines[2].contains("warnings:"), "{}", lines[2]);
     assert!(
         lines[3].starts_with(&format!("{file}#4: Job default/train: allowed, ")),
         "{}",
@@ -198,18 +196,14 @@ fn review_output_is_one_admission_review_response_per_line() {
     assert_eq!(web["patchType"], "JSONPatch");
     let patched = apply(&original[0], &decode_patch(web["patch"].as_str().unwrap()));
     assert_eq!(patched["spec"]["securityContext"], default_identity());
-    // The Deployment: allowed, no patch, one warning.
+    // The Deployment: judged by its template, allowed, never patched, nothing to say.
     let deploy = &answers[2]["response"];
     assert_eq!(deploy["allowed"], true);
     assert!(
         deploy.get("patch").is_none() && deploy.get("patchType").is_none(),
         "{deploy}"
     );
-    assert_eq!(
-        deploy["warnings"].as_array().map(Vec::len),
-        Some(1),
-        "{deploy}"
-    );
+    assert!(deploy.get("warnings").is_none(), "{deploy}");
     // The root pod: denied with the field in status.message, no patch.
     let root = &answers[5]["response"];
     assert_eq!(root["allowed"], false);
@@ -942,31 +936,41 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
     let denied: Vec<&&str> = lines.iter().filter(|l| l.contains(": denied: ")).collect();
     assert_eq!(
         denied.len(),
-        6,
-        "only the six bad pods; Deployments and CronJobs are not ours:\n{}",
+        18,
+        "the six bad pods, and the six bad Deployments and CronJobs by their templates:\n{}",
         run.stdout
     );
-    for (line, field) in denied.iter().zip([
+    let fields = [
         "spec.securityContext.runAsUser: 0",
         "spec.containers[0].securityContext.runAsUser: 0",
         "spec.containers[1].securityContext.runAsUser: 0",
         "spec.securityContext.runAsUser: 0",
         "spec.initContainers[0].securityContext.runAsUser: 0",
         "spec.initContainers[1].securityContext.runAsUser: 0",
-    ]) {
+    ];
+    let expected = [
+        ("Pod default/badpod", ""),
+        ("Deployment default/baddeployment", "spec.template."),
+        (
+            "CronJob default/badcronjob",
+            "spec.jobTemplate.spec.template.",
+        ),
+    ];
+    for (i, line) in denied.iter().enumerate() {
+        let (object, prefix) = expected[i / 6];
+        let field = format!("{prefix}{}", fields[i % 6]);
+        // The field, after the file and line it is on.
         assert!(
-            line.contains("Pod default/badpod") && line.contains(field),
-            "{line}"
+            line.contains(object) && line.contains(&format!(": {field}")),
+            "{line}: {field}"
         );
+        assert!(line.contains("resource.yaml:"), "{line}");
     }
     for line in lines
         .iter()
-        .filter(|l| l.contains("Deployment ") || l.contains("CronJob "))
+        .filter(|l| l.contains("/good") && (l.contains("Deployment ") || l.contains("CronJob ")))
     {
-        assert!(
-            line.contains("allowed, 0 patch operations; warnings: "),
-            "{line}"
-        );
+        assert!(line.ends_with("allowed, 0 patch operations"), "{line}");
     }
 
     // runAsNonRoot: every pod is repaired, so `both` allows all 76 documents ...
@@ -1123,4 +1127,53 @@ fn a_reader_that_leaves_early_does_not_turn_into_an_error() {
         lines[0].starts_with("stdin#2: Pod default/b: denied: "),
         "{stderr}"
     );
+}
+
+/// SPEC.md §11 offline: `review` judges a controller's pod template as its pods will be, with
+/// the template's own path, exit 1 on a denial; a Deployment is never patched.
+#[test]
+fn review_judges_controllers_by_their_pod_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("controllers.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: vllm, namespace: team-a}\n\
+         spec:\n  selector: {matchLabels: {app: vllm}}\n  template:\n    metadata: {labels: {app: vllm}}\n    \
+         spec:\n      containers:\n      - {name: server, image: vllm, securityContext: {runAsUser: 0}}\n\
+         ---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: team-a}\n\
+         spec:\n  schedule: '@daily'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          \
+         restartPolicy: Never\n          securityContext: {runAsUser: 0}\n          containers: [{name: c, image: x}]\n\
+         ---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: team-a}\n\
+         spec:\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    \
+         metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: c, image: x}]\n",
+    )
+    .unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let run = review(&[&path]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stderr.contains(
+            "controllers.yaml:10: spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside 1..2147483647"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "controllers.yaml:22: spec.jobTemplate.spec.template.spec.securityContext.runAsUser: 0 is outside 1..2147483647"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout
+            .contains("StatefulSet team-a/db: allowed, 0 patch operations"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("does not handle"), "{}", run.stdout);
+    // Never a patch: -o patch prints none for the allowed one.
+    let run = review(&["-o", "patch", &path]);
+    assert_exit(&run, 1);
+    assert!(!run.stdout.contains("\"op\""), "{}", run.stdout);
 }

@@ -2,9 +2,9 @@
 //! `enforce` mode, and counted per namespace and per rule. This module is pure: objects in, a
 //! report out. The cluster listing is in [`cluster`], the command line in `cli::audit`.
 //!
-//! A Pod or a Job is evaluated as it is. A controller is evaluated through the object it
-//! creates: a Deployment, StatefulSet, DaemonSet or ReplicaSet as the Pod of its
-//! `spec.template`, a CronJob as the Job of its `spec.jobTemplate`; the fields its denials name
+//! A Pod or a Job is evaluated as it is. A controller is evaluated through the pods it
+//! creates: the Pod of its pod template, where the core's [`WorkloadKind`] says it is
+//! (`spec.template`, a CronJob's `spec.jobTemplate.spec.template`); the fields its denials name
 //! are given back in the controller's own terms (`spec.template.spec.containers[0]…`). A
 //! ReplicaSet controlled by a Deployment and a Job controlled by a CronJob repeat their owner's
 //! template exactly, so only the owner is counted.
@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::admission::{self, ApiVersion, Context, Decision, Envelope, Request, Webhook};
+use crate::admission::{
+    self, ApiVersion, Context, Decision, Envelope, Request, Webhook, WorkloadKind,
+};
 use crate::policy::Rule;
 
 /// The kinds `audit` evaluates.
@@ -54,13 +56,22 @@ impl AuditedKind {
         }
     }
 
+    /// The kind as admission knows it.
+    pub fn workload_kind(self) -> WorkloadKind {
+        match self {
+            AuditedKind::Pod => WorkloadKind::Pod,
+            AuditedKind::Job => WorkloadKind::Job,
+            AuditedKind::CronJob => WorkloadKind::CronJob,
+            AuditedKind::Deployment => WorkloadKind::Deployment,
+            AuditedKind::StatefulSet => WorkloadKind::StatefulSet,
+            AuditedKind::DaemonSet => WorkloadKind::DaemonSet,
+            AuditedKind::ReplicaSet => WorkloadKind::ReplicaSet,
+        }
+    }
+
     /// API group and version as served today.
     pub fn group_version(self) -> (&'static str, &'static str) {
-        match self {
-            AuditedKind::Pod => ("", "v1"),
-            AuditedKind::Job | AuditedKind::CronJob => ("batch", "v1"),
-            _ => ("apps", "v1"),
-        }
+        self.workload_kind().group_version()
     }
 
     /// The resource name in API paths (`deployments`).
@@ -76,24 +87,26 @@ impl AuditedKind {
         }
     }
 
-    /// The kind of an object, by its `apiVersion`'s group and its `kind`.
+    /// The kind of an object, by its `apiVersion` and its `kind`.
     pub fn of(api_version: &str, kind: &str) -> Option<AuditedKind> {
-        if api_version.is_empty() {
-            return None;
-        }
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let kind = WorkloadKind::of_api_version(api_version, kind)?;
         AuditedKind::ALL
             .into_iter()
-            .find(|k| k.as_str() == kind && k.group_version().0 == group)
+            .find(|k| k.workload_kind() == kind)
     }
 
-    /// Where the fields of the evaluated Pod or Job are inside an object of this kind.
-    fn field_prefix(self) -> &'static str {
-        match self {
-            AuditedKind::Pod | AuditedKind::Job => "",
-            AuditedKind::CronJob => "spec.jobTemplate.",
-            _ => "spec.template.",
+    /// Where the fields of the evaluated Pod or Job are inside an object of this kind: nothing
+    /// for a Pod or a Job (evaluated as themselves), the pod template's path for a controller.
+    fn field_prefix(self) -> String {
+        let kind = self.workload_kind();
+        if !kind.is_controller() {
+            return String::new();
         }
+        kind.pod_template_path()
+            .unwrap_or_default()
+            .iter()
+            .map(|key| format!("{key}."))
+            .collect()
     }
 }
 
@@ -157,16 +170,11 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
     let name = meta(&value, "name")
         .or_else(|| meta(&value, "generateName"))
         .unwrap_or_default();
-    let object = match kind {
-        AuditedKind::Pod | AuditedKind::Job => value,
-        AuditedKind::CronJob => {
-            let template = take_template(&mut value, "jobTemplate")?;
-            from_template(template, "batch/v1", "Job", &namespace, &name)
-        }
-        _ => {
-            let template = take_template(&mut value, "template")?;
-            from_template(template, "v1", "Pod", &namespace, &name)
-        }
+    let object = if kind.workload_kind().is_controller() {
+        let template = take_template(&mut value, kind.workload_kind())?;
+        from_template(template, "v1", "Pod", &namespace, &name)
+    } else {
+        value
     };
     Ok(Extracted::Target(Target {
         kind,
@@ -176,15 +184,13 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
     }))
 }
 
-fn take_template(value: &mut Value, key: &str) -> Result<Map<String, Value>, String> {
-    match value
-        .get_mut("spec")
-        .and_then(|s| s.get_mut(key))
-        .map(Value::take)
-    {
+fn take_template(value: &mut Value, kind: WorkloadKind) -> Result<Map<String, Value>, String> {
+    let pointer = kind.pod_template_pointer();
+    let field = pointer.trim_start_matches('/').replace('/', ".");
+    match value.pointer_mut(&pointer).map(Value::take) {
         Some(Value::Object(t)) => Ok(t),
-        Some(_) => Err(format!("spec.{key} is not an object")),
-        None => Err(format!("spec.{key} is missing")),
+        Some(_) => Err(format!("{field} is not an object")),
+        None => Err(format!("{field} is missing")),
     }
 }
 
@@ -262,6 +268,7 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
         operation: "CREATE",
         dry_run: true,
         object: serde_json::value::to_raw_value(object).ok(),
+        old_object: None,
     };
     let mutated = admission::decide(Webhook::Mutate, &request(&target.object), ctx);
     if !mutated.allowed {
@@ -290,6 +297,7 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
     rules.sort();
     rules.dedup();
     let prefix = target.kind.field_prefix();
+    let prefix = prefix.as_str();
     let changes = mutated
         .changes
         .iter()
@@ -320,6 +328,7 @@ fn denied(kind: AuditedKind, decision: Decision) -> Evaluation {
     rules.dedup();
     let mut message = decision.message.unwrap_or_default();
     let prefix = kind.field_prefix();
+    let prefix = prefix.as_str();
     if !prefix.is_empty() {
         for v in &decision.violations {
             message = prefix_field(&message, &v.field, prefix);

@@ -50,13 +50,11 @@ fn controllers_are_evaluated_through_the_object_they_create() {
         "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
         "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}
     }));
+    // A CronJob's pods come from its job template's pod template.
     assert_eq!(c.namespace, "default");
-    assert_eq!(c.object["kind"], "Job");
-    assert_eq!(c.object["apiVersion"], "batch/v1");
-    assert_eq!(
-        c.object["spec"],
-        json!({"template": {"spec": {"containers": []}}})
-    );
+    assert_eq!(c.object["kind"], "Pod");
+    assert_eq!(c.object["apiVersion"], "v1");
+    assert_eq!(c.object["spec"], json!({"containers": []}));
     for kind in ["StatefulSet", "DaemonSet", "ReplicaSet"] {
         let t = target(
             json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "x"},
@@ -115,7 +113,14 @@ fn owned_copies_and_other_kinds_are_not_evaluated_and_broken_templates_are_error
         "d",
     )
     .unwrap_err();
-    assert_eq!(e, "spec.jobTemplate is not an object");
+    assert_eq!(e, "spec.jobTemplate.spec.template is missing");
+    let e = extract(
+        json!({"apiVersion": "batch/v1", "kind": "CronJob",
+               "spec": {"jobTemplate": {"spec": {"template": 1}}}}),
+        "d",
+    )
+    .unwrap_err();
+    assert_eq!(e, "spec.jobTemplate.spec.template is not an object");
 }
 
 #[test]

@@ -423,6 +423,8 @@ fn merge_validation(decision: &mut Decision, validation: Decision) {
         decision.allowed = false;
         decision.message = validation.message;
         decision.code = validation.code;
+        // What the denial names, so that its fields get their file and line.
+        decision.violations = validation.violations;
     }
 }
 

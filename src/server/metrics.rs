@@ -86,6 +86,12 @@ pub fn kind_label(kind: &str) -> &'static str {
     match kind {
         "Pod" => "Pod",
         "Job" => "Job",
+        "Deployment" => "Deployment",
+        "StatefulSet" => "StatefulSet",
+        "DaemonSet" => "DaemonSet",
+        "ReplicaSet" => "ReplicaSet",
+        "ReplicationController" => "ReplicationController",
+        "CronJob" => "CronJob",
         "" => "none",
         _ => "other",
     }
@@ -396,7 +402,9 @@ mod tests {
                 .unwrap()
                 .contains("modelgate_inflight_requests 0")
         );
-        assert_eq!(kind_label("Deployment"), "other");
+        assert_eq!(kind_label("Deployment"), "Deployment");
+        assert_eq!(kind_label("CronJob"), "CronJob");
+        assert_eq!(kind_label("Service"), "other");
         assert_eq!(operation_label("PATCH"), "none");
     }
 }

@@ -19,13 +19,32 @@ from k8s import (
     selector_matches,
 )
 
-EXPECTED_RULES = sorted(
+POD_RULES = sorted(
     [
         ("", "v1", "CREATE", "pods"),
         ("", "v1", "UPDATE", "pods/ephemeralcontainers"),
         ("batch", "v1", "CREATE", "jobs"),
     ]
 )
+# SPEC.md §11: the pod templates of the workload controllers, CREATE and UPDATE (the entry's
+# matchConditions skip an UPDATE that leaves the template as it was).
+CONTROLLERS = {
+    # kind: (group, resource, path of the pod template)
+    "Deployment": ("apps", "deployments", ("spec", "template")),
+    "StatefulSet": ("apps", "statefulsets", ("spec", "template")),
+    "DaemonSet": ("apps", "daemonsets", ("spec", "template")),
+    "ReplicaSet": ("apps", "replicasets", ("spec", "template")),
+    "ReplicationController": ("", "replicationcontrollers", ("spec", "template")),
+    "CronJob": ("batch", "cronjobs", ("spec", "jobTemplate", "spec", "template")),
+}
+CONTROLLER_RULES = sorted((g, "v1", op, res) for g, res, _ in CONTROLLERS.values() for op in ("CREATE", "UPDATE"))
+
+# Every webhook entry: name -> (configuration kind, path, rules).
+WEBHOOKS = {
+    "mutate.modelgate.io": ("MutatingWebhookConfiguration", "/mutate", POD_RULES),
+    "validate.modelgate.io": ("ValidatingWebhookConfiguration", "/validate", POD_RULES),
+    "validate-controllers.modelgate.io": ("ValidatingWebhookConfiguration", "/validate", CONTROLLER_RULES),
+}
 
 POLICY_FLAGS = {
     "--run-as-user",
@@ -65,30 +84,31 @@ def args_literal(path, *expected: str) -> None:
 
 
 def webhook_configurations(docs: list[Obj]) -> dict[str, Obj]:
-    """The one webhook of each configuration, by its path (/mutate, /validate)."""
+    """Every webhook entry of the two configurations, by name (the keys of WEBHOOKS, each in the
+    configuration WEBHOOKS names)."""
     out = {}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        hooks = one(docs, kind)["webhooks"]
-        expect(len(hooks) == 1, kind + ": expected one webhook")
-        out[hooks[0]["clientConfig"]["service"]["path"]] = hooks[0]
+        for h in one(docs, kind)["webhooks"]:
+            expect(h["name"] not in out, f"{kind}: webhook {h['name']} twice")
+            expect(WEBHOOKS.get(h["name"], (None,))[0] == kind, f"{kind}: unexpected webhook {h['name']}")
+            out[h["name"]] = h
+    expect(sorted(out) == sorted(WEBHOOKS), f"webhooks are {sorted(out)}, expected {sorted(WEBHOOKS)}")
     return out
 
 
-def webhooks(path, ns: str, ca_mode: str, failure_policy: str = "Fail", inject: str = "enabled") -> None:
+def webhooks(path, ns: str, ca_mode: str, failure_policy: str = "Fail", inject: str = "enabled", match_conditions: bool = True) -> None:
+    """Every webhook entry as WEBHOOKS says. Without matchConditions the controllers' entry has
+    CREATE only: nothing would keep the API server from calling modelgate on every scale."""
     docs = load(path)
     svc = one(docs, "Service")
     d, _ = deployment_container(docs)
     tls_secret = next(v["secret"]["secretName"] for v in d["spec"]["template"]["spec"]["volumes"] if "secret" in v)
     https = next(p for p in svc["spec"]["ports"] if p["name"] == "https")
-    for kind, path_, mutating in (
-        ("MutatingWebhookConfiguration", "/mutate", True),
-        ("ValidatingWebhookConfiguration", "/validate", False),
-    ):
+    for name, h in webhook_configurations(docs).items():
+        kind, path_, rules = WEBHOOKS[name]
+        mutating = kind == "MutatingWebhookConfiguration"
         cfg = one(docs, kind)
-        hooks = cfg["webhooks"]
-        expect(len(hooks) == 1, kind + ": expected one webhook")
-        h = hooks[0]
-        where = kind + " " + h["name"]
+        where = kind + " " + name
         expect(h["admissionReviewVersions"] == ["v1"], where + ": admissionReviewVersions must be [v1]")
         expect(h["sideEffects"] == "None", where + ": sideEffects must be None")
         expect(h["timeoutSeconds"] == 5, where + ": timeoutSeconds must be 5")
@@ -105,7 +125,10 @@ def webhooks(path, ns: str, ca_mode: str, failure_policy: str = "Fail", inject: 
         )
         expect(s["path"] == path_, where + ": path must be " + path_)
         expect(s.get("port", 443) == https["port"], where + ": port must be the Service's https port")
-        expect(flat_rules(h["rules"]) == EXPECTED_RULES, where + f": rules are {flat_rules(h['rules'])}")
+        if not match_conditions:
+            rules = [r for r in rules if r[2] == "CREATE" or rules is POD_RULES]
+        expect(bool(h.get("matchConditions")) == match_conditions, where + f": matchConditions present should be {match_conditions}")
+        expect(flat_rules(h["rules"]) == rules, where + f": rules are {flat_rules(h['rules'])}")
         expect(all(r.get("scope") == "Namespaced" for r in h["rules"]), where + ": rules must be Namespaced")
         sel = h["namespaceSelector"]
 

@@ -41,6 +41,8 @@ WARN = {"severity": "warning"}
 UP = {f"up{{{SEL}}}": "1x40"}
 DEPLOY = f'kube_deployment_status_replicas_available{{namespace="{NS}",deployment="modelgate"}}'
 MUTATE_HOOK = 'name="mutate.modelgate.io",type="admit",operation="CREATE"'
+# The workload controllers' entry of the validating configuration (SPEC.md §11).
+CONTROLLERS_HOOK = 'name="validate-controllers.modelgate.io",type="validating",operation="UPDATE"'
 
 CASES = {
     "no ready replica (kube-state-metrics)": case(
@@ -105,6 +107,12 @@ CASES = {
         {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="calling_webhook_error",rejection_code="0"}}': "0+5x40"},
         "15m", [{**CRIT, "name": "mutate.modelgate.io", "type": "admit", "error_type": "calling_webhook_error"}],
     ),
+    "the API server cannot call the controllers' webhook": case(
+        "ModelgateWebhookCallsFailing",
+        {f'apiserver_admission_webhook_rejection_count{{{CONTROLLERS_HOOK},error_type="calling_webhook_error",rejection_code="0"}}':
+         "0+5x40"},
+        "15m", [{**CRIT, "name": "validate-controllers.modelgate.io", "type": "validating", "error_type": "calling_webhook_error"}],
+    ),
     "modelgate denies (no error) and another webhook fails": case(
         "ModelgateWebhookCallsFailing",
         {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="no_error",rejection_code="403"}}': "0+5x40",
@@ -127,6 +135,11 @@ CASES = {
         "ModelgateWebhookSlowFromApiServer",
         histogram("apiserver_admission_webhook_admission_duration_seconds_bucket", f'{MUTATE_HOOK},rejected="false"', True),
         "20m", [{**WARN, "name": "mutate.modelgate.io", "type": "admit"}],
+    ),
+    "the API server sees the controllers' webhook slow": case(
+        "ModelgateWebhookSlowFromApiServer",
+        histogram("apiserver_admission_webhook_admission_duration_seconds_bucket", f'{CONTROLLERS_HOOK},rejected="false"', True),
+        "20m", [{**WARN, "name": "validate-controllers.modelgate.io", "type": "validating"}],
     ),
     "the API server sees the mutating webhook fast": case(
         "ModelgateWebhookSlowFromApiServer",

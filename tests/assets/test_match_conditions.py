@@ -1,13 +1,19 @@
 """The webhooks' matchConditions evaluated as CEL (cel-rust through `common-expression-language`)
 on the requests the API server would send: the API server calls modelgate only when every
-condition is true, so each request kept out here is admitted even while modelgate is down."""
+condition is true, so each request kept out here is admitted even while modelgate is down.
+The Pod and Job cases run against mutate.modelgate.io and validate.modelgate.io; the workload
+controllers' (SPEC.md §11) against validate-controllers.modelgate.io."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import cel
 import pytest
+import yaml
 
-from checks import webhook_configurations
+from checks import CONTROLLERS, webhook_configurations
 from k8s import load
 from tools import Assets
 
@@ -47,10 +53,17 @@ CASES = {
 }  # fmt: skip
 
 
+POD_HOOKS = ("mutate.modelgate.io", "validate.modelgate.io")
+CONTROLLERS_HOOK = "validate-controllers.modelgate.io"
+
+
 def called(conditions: list[dict], context: dict) -> bool:
     """The API server's rule: call the webhook only if every condition is true. An evaluation error
-    is not a skip (the API server applies failurePolicy), so it fails the test."""
-    return all(cel.evaluate(c["expression"], context) is True for c in conditions)
+    is not a skip (the API server applies failurePolicy), so it fails the test; every condition is
+    evaluated, so an error hidden behind another condition's false fails it too."""
+    results = [cel.evaluate(c["expression"], context) for c in conditions]
+    assert all(isinstance(r, bool) for r in results), f"a condition is not a bool: {results}"
+    return all(results)
 
 
 @pytest.fixture(scope="module", params=["helm", "kustomize"])
@@ -59,7 +72,7 @@ def webhooks(request, assets: Assets) -> dict[str, list[dict]]:
         path = assets.render("mc-cel", "--set", "matchConditions.excludePriorityClasses={system-node-critical,system-cluster-critical}")
     else:
         path = assets.kustomize("default")
-    return {p: h["matchConditions"] for p, h in webhook_configurations(load(path)).items()}
+    return {n: h["matchConditions"] for n, h in webhook_configurations(load(path)).items()}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -67,8 +80,196 @@ def test_who_reaches_modelgate(webhooks, request, case: str) -> None:
     context, want = CASES[case]
     if "priority class" in case and request.node.callspec.params["webhooks"] == "kustomize":
         want = True  # the kustomize base has no priority-class condition
-    for path, conditions in webhooks.items():
-        assert called(conditions, context) is want, f"{path}: {case}: called should be {want}"
+    for name in POD_HOOKS:
+        assert called(webhooks[name], context) is want, f"{name}: {case}: called should be {want}"
+
+
+# --- workload controllers (SPEC.md §11) -----------------------------------------------------------
+CONTAINER = {"name": "server", "image": "vllm/vllm-openai:v0.6.4", "args": ["--model", "/mnt/models"],
+             "resources": {"limits": {"nvidia.com/gpu": 1}}, "securityContext": {"allowPrivilegeEscalation": False}}  # fmt: skip
+
+
+def pod_template(priority: str | None = None) -> dict:
+    spec = {"containers": [copy.deepcopy(CONTAINER)], "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst", "securityContext": {}, "schedulerName": "default-scheduler"}  # fmt: skip
+    if priority:
+        spec["priorityClassName"] = priority
+    return {"metadata": {"labels": {"app": "llm"}, "annotations": {"prometheus.io/scrape": "true"}}, "spec": spec}
+
+
+def controller(kind: str, priority: str | None = None) -> dict:
+    """A controller as the API server hands it to a validating webhook: defaulted, with status."""
+    group = CONTROLLERS[kind][0]
+    meta = {"name": "llm", "namespace": "team-a", "uid": "7c9e", "resourceVersion": "4711", "generation": 1,
+            "labels": {"app": "llm"}, "annotations": {"team": "ml"}}  # fmt: skip
+    selector = {"matchLabels": {"app": "llm"}}
+    if kind == "CronJob":
+        template = pod_template(priority)
+        template["spec"]["restartPolicy"] = "OnFailure"
+        spec = {"schedule": "0 * * * *", "concurrencyPolicy": "Forbid", "suspend": False,
+                "jobTemplate": {"metadata": {}, "spec": {"backoffLimit": 6, "template": template}}}  # fmt: skip
+        status = {"lastScheduleTime": "2026-01-01T00:00:00Z"}
+    elif kind == "ReplicationController":
+        spec = {"replicas": 2, "selector": {"app": "llm"}, "template": pod_template(priority)}
+        status = {"replicas": 2, "readyReplicas": 2}
+    else:
+        spec = {"selector": selector, "template": pod_template(priority)}
+        if kind != "DaemonSet":
+            spec["replicas"] = 2
+        if kind == "StatefulSet":
+            spec["serviceName"] = "llm"
+        status = {"observedGeneration": 1, "replicas": 2}
+        if kind == "DaemonSet":
+            status = {"observedGeneration": 1, "currentNumberScheduled": 3, "desiredNumberScheduled": 3,
+                      "numberMisscheduled": 0, "numberReady": 3}  # fmt: skip
+    return {"apiVersion": f"{group}/v1" if group else "v1", "kind": kind, "metadata": meta, "spec": spec, "status": status}
+
+
+def controller_request(kind: str, operation: str = "CREATE", change: Callable[[dict], None] | None = None,
+                       namespace: str = "team-a", user: str = "alice", priority: str | None = None) -> dict:  # fmt: skip
+    """An AdmissionRequest's CEL variables for a controller: on CREATE oldObject is null; on
+    UPDATE object is oldObject with `change` applied."""
+    obj = controller(kind, priority)
+    old = None
+    if operation == "UPDATE":
+        old = copy.deepcopy(obj)
+        change(obj)
+    group = CONTROLLERS[kind][0]
+    req = {"kind": {"group": group, "version": "v1", "kind": kind}, "resource": {"group": group, "version": "v1",
+           "resource": CONTROLLERS[kind][1]}, "namespace": namespace, "operation": operation,
+           "userInfo": {"username": user}}  # fmt: skip
+    return {"request": req, "object": obj, "oldObject": old}
+
+
+def template_of(obj: dict) -> dict:
+    node = obj
+    for key in CONTROLLERS[obj["kind"]][2]:
+        node = node[key]
+    return node
+
+
+def in_template(f: Callable[[dict], None]) -> Callable[[dict], None]:
+    return lambda obj: f(template_of(obj))
+
+
+def set_in(*path_and_value) -> Callable[[dict], None]:
+    *path, value = path_and_value
+
+    def apply(node: dict) -> None:
+        for key in path[:-1]:
+            node = node[key] if isinstance(node, list) else node.setdefault(key, {})
+        node[path[-1]] = value
+
+    return apply
+
+
+def all_of(*fs: Callable[[dict], None]) -> Callable[[dict], None]:
+    def apply(obj: dict) -> None:
+        for f in fs:
+            f(obj)
+
+    return apply
+
+
+# Every UPDATE also moves what the API server moves on any write of the object.
+BOOKKEEPING = all_of(set_in("metadata", "resourceVersion", "4712"),
+                     set_in("metadata", "managedFields", [{"manager": "kubectl", "operation": "Update"}]))  # fmt: skip
+
+TEMPLATE_CHANGES = {
+    # name: change of the pod template (the API server calls modelgate)
+    "a new image": in_template(set_in("spec", "containers", 0, "image", "vllm/vllm-openai:v0.7.0")),
+    "runAsUser 0 in a container": in_template(set_in("spec", "containers", 0, "securityContext", "runAsUser", 0)),
+    "a pod securityContext": in_template(set_in("spec", "securityContext", "runAsNonRoot", True)),
+    "kubectl rollout restart (a template annotation)": in_template(
+        set_in("metadata", "annotations", "kubectl.kubernetes.io/restartedAt", "2026-01-02T03:04:05Z")),
+    "a template label": in_template(set_in("metadata", "labels", "version", "v2")),
+    "a model cache volume": in_template(set_in("spec", "volumes", [{"name": "model-cache", "emptyDir": {}}])),
+    "a container removed": in_template(set_in("spec", "containers", [])),
+}  # fmt: skip
+
+OTHER_CHANGES = {
+    # name: (kinds it applies to, a change outside the pod template: the API server skips modelgate)
+    "scaling spec.replicas": (("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"), set_in("spec", "replicas", 5)),
+    "the controller's own label": (tuple(CONTROLLERS), set_in("metadata", "labels", "team", "b")),
+    "the controller's own annotation (deployment revision)": (
+        tuple(CONTROLLERS), set_in("metadata", "annotations", "deployment.kubernetes.io/revision", "2")),
+    "a finalizer and an ownerReference (garbage collector)": (tuple(CONTROLLERS), all_of(
+        set_in("metadata", "finalizers", ["foregroundDeletion"]),
+        set_in("metadata", "ownerReferences", [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm", "uid": "1"}]))),
+    "status only": (tuple(CONTROLLERS), set_in("status", "observedGeneration", 2)),
+    "nothing but the bookkeeping (a no-op apply)": (tuple(CONTROLLERS), lambda obj: None),
+    "a Deployment's strategy and paused": (("Deployment",), all_of(
+        set_in("spec", "strategy", {"type": "Recreate"}), set_in("spec", "paused", True))),
+    "a StatefulSet's update strategy": (("StatefulSet",), set_in("spec", "updateStrategy", {"type": "OnDelete"})),
+    "a DaemonSet's minReadySeconds": (("DaemonSet",), set_in("spec", "minReadySeconds", 10)),
+    "a CronJob's schedule": (("CronJob",), set_in("spec", "schedule", "*/5 * * * *")),
+    "a CronJob suspended": (("CronJob",), set_in("spec", "suspend", True)),
+    "a CronJob's job settings (backoffLimit, jobTemplate labels)": (("CronJob",), all_of(
+        set_in("spec", "jobTemplate", "spec", "backoffLimit", 2),
+        set_in("spec", "jobTemplate", "metadata", "labels", {"team": "b"}))),
+}  # fmt: skip
+
+KINDS = sorted(CONTROLLERS)
+PRIORITY_CLASS_CASES = {
+    # name: (priority class of the template, called with the chart's excludePriorityClasses?)
+    "an excluded priority class": ("system-cluster-critical", False),
+    "another priority class": ("batch-low", True),
+}
+
+
+def test_the_sample_controllers_are_valid_objects(assets: Assets) -> None:
+    """The samples below are what the API server would hand over: kubernetes-validate, strict."""
+    path = assets.work / "controller-samples.yaml"
+    path.write_text(yaml.safe_dump_all([controller(k, "batch-low") for k in KINDS]))
+    assert assets.validate(path) == len(KINDS)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_controller_create_reaches_modelgate(webhooks, kind: str) -> None:
+    assert called(webhooks[CONTROLLERS_HOOK], controller_request(kind)) is True, f"CREATE of a {kind} is not sent"
+
+
+@pytest.mark.parametrize("change", sorted(TEMPLATE_CHANGES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_controller_update_of_the_template_reaches_modelgate(webhooks, kind: str, change: str) -> None:
+    ctx = controller_request(kind, "UPDATE", all_of(BOOKKEEPING, TEMPLATE_CHANGES[change]))
+    assert template_of(ctx["object"]) != template_of(ctx["oldObject"]), "the sample change did not change the template"
+    assert called(webhooks[CONTROLLERS_HOOK], ctx) is True, f"{kind} UPDATE with {change}: not sent"
+
+
+@pytest.mark.parametrize(("kind", "change"), [(k, c) for c in sorted(OTHER_CHANGES) for k in sorted(OTHER_CHANGES[c][0])], ids=lambda v: v)
+def test_controller_update_leaving_the_template_is_kept_out(webhooks, kind: str, change: str) -> None:
+    f = OTHER_CHANGES[change][1]
+    ctx = controller_request(kind, "UPDATE", all_of(BOOKKEEPING, f))
+    assert ctx["object"] != ctx["oldObject"], "the sample change changed nothing"
+    assert template_of(ctx["object"]) == template_of(ctx["oldObject"]), "the sample change touched the template"
+    assert called(webhooks[CONTROLLERS_HOOK], ctx) is False, f"{kind} UPDATE with {change}: sent to modelgate"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_controllers_of_exempt_namespaces_and_own_account_are_kept_out(webhooks, kind: str) -> None:
+    hook = webhooks[CONTROLLERS_HOOK]
+    for ctx, who in (
+        (controller_request(kind, namespace="kube-system"), "in kube-system"),
+        (controller_request(kind, namespace="modelgate-system"), "in modelgate's namespace"),
+        (controller_request(kind, user=OWN_SA), "by modelgate's own service account"),
+        (controller_request(kind, "UPDATE", in_template(set_in("spec", "containers", 0, "image", "x")),
+                            namespace="kube-system"), "changed in kube-system"),
+    ):  # fmt: skip
+        assert called(hook, ctx) is False, f"a {kind} {who} is sent to modelgate"
+
+
+@pytest.mark.parametrize("case", sorted(PRIORITY_CLASS_CASES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_controllers_of_an_excluded_priority_class(webhooks, request, kind: str, case: str) -> None:
+    """Their pods never reach the Pod webhook: their templates must not be judged either."""
+    priority, want = PRIORITY_CLASS_CASES[case]
+    if request.node.callspec.params["webhooks"] == "kustomize":
+        want = True  # the kustomize base has no priority-class condition
+    hook = webhooks[CONTROLLERS_HOOK]
+    assert called(hook, controller_request(kind, priority=priority)) is want, f"CREATE of a {kind}: {case}"
+    ctx = controller_request(kind, "UPDATE", in_template(set_in("spec", "containers", 0, "image", "x")), priority=priority)
+    assert called(hook, ctx) is want, f"UPDATE of a {kind}: {case}"
 
 
 def test_a_broken_expression_fails_to_evaluate() -> None:

@@ -33,23 +33,43 @@ def all_on(assets: Assets):
     return assets.render("all-on", *ALL_ON)
 
 
+CONTROLLERS_HOOK = "validate-controllers.modelgate.io"
+
+
 def conditions(path) -> dict[str, dict[str, str]]:
-    """matchConditions of each webhook, by path: name -> expression."""
+    """matchConditions of each webhook, by webhook name: condition name -> expression."""
     return {
-        p: {c["name"]: " ".join(c["expression"].split()) for c in h.get("matchConditions", [])}
-        for p, h in checks.webhook_configurations(load(path)).items()
+        n: {c["name"]: " ".join(c["expression"].split()) for c in h.get("matchConditions", [])}
+        for n, h in checks.webhook_configurations(load(path)).items()
     }
 
 
 # --- never lock up -------------------------------------------------------------------------------
 def test_default_match_conditions_keep_out_mirror_pods_own_account_and_namespaces(assets: Assets) -> None:
-    for path_, conds in conditions(assets.render("default")).items():
-        assert sorted(conds) == ["exclude-exempt-namespaces", "exclude-mirror-pods", "exclude-own-service-account"], (
-            path_, conds)  # fmt: skip
-        assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in conds["exclude-mirror-pods"]
-        assert "request.kind.kind != 'Pod'" in conds["exclude-mirror-pods"]
+    for name, conds in conditions(assets.render("default")).items():
+        first = "exclude-unchanged-pod-template" if name == CONTROLLERS_HOOK else "exclude-mirror-pods"
+        assert sorted(conds) == sorted([first, "exclude-exempt-namespaces", "exclude-own-service-account"]), (name, conds)
+        if name != CONTROLLERS_HOOK:
+            assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in conds["exclude-mirror-pods"]
+            assert "request.kind.kind != 'Pod'" in conds["exclude-mirror-pods"]
         assert conds["exclude-own-service-account"] == ("request.userInfo.username != 'system:serviceaccount:modelgate-system:modelgate'")
         assert conds["exclude-exempt-namespaces"] == "!(request.namespace in ['kube-system','modelgate-system'])"
+
+
+def test_controllers_entry_skips_an_unchanged_template_and_is_never_mutated(assets: Assets) -> None:
+    """SPEC.md §11: the pod templates of the controllers are validated (their own entry, the
+    validating webhook's failurePolicy and timeout), never patched: the mutating configuration
+    has no controller rule. (test_match_conditions.py evaluates the condition.)"""
+    path = assets.render("default")
+    conds = conditions(path)[CONTROLLERS_HOOK]["exclude-unchanged-pod-template"]
+    assert "object.spec.template != oldObject.spec.template" in conds, conds
+    assert "object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template" in conds, conds
+    hooks = checks.webhook_configurations(load(path))
+    mutated = {res for r in hooks["mutate.modelgate.io"]["rules"] for res in r["resources"]}
+    assert not mutated & {res for _, res, _ in checks.CONTROLLERS.values()}, mutated
+    assert len(one(load(path), "MutatingWebhookConfiguration")["webhooks"]) == 1
+    for key in ("failurePolicy", "timeoutSeconds", "namespaceSelector", "clientConfig"):
+        assert hooks[CONTROLLERS_HOOK][key] == hooks["validate.modelgate.io"][key], key
 
 
 def test_match_conditions_priority_classes_and_service_account_name(assets: Assets) -> None:
@@ -58,9 +78,12 @@ def test_match_conditions_priority_classes_and_service_account_name(assets: Asse
         "--set", "serviceAccount.create=false,serviceAccount.name=platform-sa", "--set", "exemptNamespaces={infra}",
         release="mg", namespace="ml-platform",
     )  # fmt: skip
-    for conds in conditions(path).values():
+    for name, conds in conditions(path).items():
         pc = conds["exclude-priority-classes"]
-        assert "object.spec.priorityClassName in ['system-node-critical']" in pc, pc
+        if name == CONTROLLERS_HOOK:
+            assert "object.spec.jobTemplate.spec.template.spec.priorityClassName in ['system-node-critical']" in pc, pc
+        else:
+            assert "object.spec.priorityClassName in ['system-node-critical']" in pc, pc
         assert "object.spec.template.spec.priorityClassName in ['system-node-critical']" in pc, pc
         assert conds["exclude-own-service-account"].endswith("'system:serviceaccount:ml-platform:platform-sa'")
         assert "['kube-system','ml-platform','infra']" in conds["exclude-exempt-namespaces"]
@@ -70,7 +93,9 @@ def test_match_conditions_priority_classes_and_service_account_name(assets: Asse
 def test_match_conditions_can_be_turned_off(assets: Assets) -> None:
     path = assets.render("mc-off", "--set", "matchConditions.enabled=false")
     assert all(not c for c in conditions(path).values())
-    checks.webhooks(path, NS, "bundle")
+    # Without the condition that skips an unchanged template, the controllers are judged on
+    # CREATE only: an UPDATE rule would route every ReplicaSet scale through modelgate.
+    checks.webhooks(path, NS, "bundle", match_conditions=False)
 
 
 def test_kustomize_match_conditions_are_the_charts(assets: Assets) -> None:
@@ -83,13 +108,14 @@ def test_failure_policy_and_timeout_per_webhook(assets: Assets) -> None:
         "--set", "webhooks.mutate.timeoutSeconds=10",
     )  # fmt: skip
     hooks = checks.webhook_configurations(load(path))
-    assert (hooks["/mutate"]["failurePolicy"], hooks["/mutate"]["timeoutSeconds"]) == ("Fail", 10)
-    assert (hooks["/validate"]["failurePolicy"], hooks["/validate"]["timeoutSeconds"]) == ("Ignore", 3)
+    assert (hooks["mutate.modelgate.io"]["failurePolicy"], hooks["mutate.modelgate.io"]["timeoutSeconds"]) == ("Fail", 10)
+    for name in ("validate.modelgate.io", CONTROLLERS_HOOK):  # the controllers' entry follows webhooks.validate
+        assert (hooks[name]["failurePolicy"], hooks[name]["timeoutSeconds"]) == ("Ignore", 3), name
     # The chart-wide value still reaches a webhook whose own value is empty.
     hooks = checks.webhook_configurations(
         load(assets.render("per-hook-2", "--set", "failurePolicy=Ignore,webhooks.mutate.failurePolicy=Fail"))
     )
-    assert (hooks["/mutate"]["failurePolicy"], hooks["/validate"]["failurePolicy"]) == ("Fail", "Ignore")
+    assert [hooks[n]["failurePolicy"] for n in sorted(hooks)] == ["Fail", "Ignore", "Ignore"], sorted(hooks)
 
 
 def test_uninstall_removes_the_webhook_configurations(assets: Assets, all_on) -> None:

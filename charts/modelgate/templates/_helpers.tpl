@@ -68,7 +68,7 @@ values files as float64, and printing a float64 gives 1.00068e+09 for 1000680000
 {{- concat (list "kube-system" .Release.Namespace) .Values.exemptNamespaces | uniq | toJson -}}
 {{- end -}}
 
-{{/* The namespaceSelector of both webhooks: the opt-in selector, minus the exempt namespaces. */}}
+{{/* The namespaceSelector of every webhook: the opt-in selector, minus the exempt namespaces. */}}
 {{- define "modelgate.namespaceSelector" -}}
 {{- with .Values.namespaceSelector.matchLabels }}
 matchLabels:
@@ -83,7 +83,7 @@ matchExpressions:
     values: {{ include "modelgate.exemptNamespaces" . }}
 {{- end -}}
 
-{{/* The requests both webhooks see. */}}
+{{/* The requests the Pod and Job webhooks (mutate.modelgate.io, validate.modelgate.io) see. */}}
 {{- define "modelgate.webhookRules" -}}
 - apiGroups: [""]
   apiVersions: ["v1"]
@@ -99,5 +99,31 @@ matchExpressions:
   apiVersions: ["v1"]
   operations: ["CREATE"]
   resources: ["jobs"]
+  scope: Namespaced
+{{- end -}}
+
+{{/*
+The workload controllers whose pod templates the validating webhook judges (SPEC.md §11), in
+a webhook entry of their own (validate-controllers.modelgate.io). UPDATE only with
+matchConditions: without the condition that skips an unchanged template, every scale of a
+ReplicaSet by the Deployment controller (an UPDATE of the resource itself) would wait on
+modelgate, and fail while it is down.
+*/}}
+{{- define "modelgate.controllerRules" -}}
+{{- $ops := ternary (list "CREATE" "UPDATE") (list "CREATE") .Values.matchConditions.enabled -}}
+- apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  operations: {{ $ops | toJson | replace "," ", " }}
+  resources: ["deployments", "statefulsets", "daemonsets", "replicasets"]
+  scope: Namespaced
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: {{ $ops | toJson | replace "," ", " }}
+  resources: ["replicationcontrollers"]
+  scope: Namespaced
+- apiGroups: ["batch"]
+  apiVersions: ["v1"]
+  operations: {{ $ops | toJson | replace "," ", " }}
+  resources: ["cronjobs"]
   scope: Namespaced
 {{- end -}}

@@ -16,8 +16,9 @@ objects (servicemonitor.yaml, prometheusrule.yaml, grafana-dashboard.yaml) selec
 {{- end -}}
 
 {{/*
-matchConditions of both webhooks (CEL, evaluated by the API server before it calls modelgate, so
-a request they keep out is admitted even while modelgate is down):
+matchConditions of the Pod and Job webhooks, mutate.modelgate.io and validate.modelgate.io (CEL,
+evaluated by the API server before it calls modelgate, so a request they keep out is admitted
+even while modelgate is down):
 - mirror pods: the kubelet's API copies of static pods (the control plane's own on kubeadm
   clusters); the API server cannot change what runs, and the code skips them too;
 - requests made by modelgate's own service account;
@@ -43,6 +44,44 @@ matchConditions:
     expression: >-
       request.kind.kind == 'Pod'
       ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {{ $classes }})
+      : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+matchConditions of the controllers' entry (validate-controllers.modelgate.io, SPEC.md §11):
+- an UPDATE that leaves the pod template as it was (a scale of the resource itself, a label, an
+  annotation of the controller, the Deployment controller's bookkeeping on its ReplicaSets):
+  nothing its pods will be judged on changed. The API server validates the object before it
+  calls a validating webhook, and each of these kinds requires its template, so both paths
+  exist; on CREATE oldObject is null and the first test decides;
+- modelgate's own service account and the exempt namespaces, as for Pods and Jobs;
+- templates of the priority classes in matchConditions.excludePriorityClasses, whose pods the
+  Pod webhook never sees either.
+No mirror-pod condition: only Pods are mirror pods.
+*/}}
+{{- define "modelgate.controllerMatchConditions" -}}
+{{- if .Values.matchConditions.enabled }}
+matchConditions:
+  - name: exclude-unchanged-pod-template
+    expression: >-
+      request.operation != 'UPDATE' ||
+      (request.kind.kind == 'CronJob'
+      ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template
+      : object.spec.template != oldObject.spec.template)
+  - name: exclude-own-service-account
+    expression: >-
+      request.userInfo.username != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
+  - name: exclude-exempt-namespaces
+    expression: >-
+      !(request.namespace in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
+  {{- with .Values.matchConditions.excludePriorityClasses }}
+  {{- $classes := toJson . | replace "\"" "'" }}
+  - name: exclude-priority-classes
+    expression: >-
+      request.kind.kind == 'CronJob'
+      ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {{ $classes }})
       : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
   {{- end }}
 {{- end }}

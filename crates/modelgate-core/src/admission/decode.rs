@@ -60,6 +60,9 @@ pub struct Request {
     pub operation: &'static str,
     pub dry_run: bool,
     pub object: Option<Box<RawValue>>,
+    /// `oldObject` of an UPDATE of a workload controller (whose unchanged template is allowed
+    /// untouched); `None` for every other request.
+    pub old_object: Option<Box<RawValue>>,
 }
 
 #[derive(Debug)]
@@ -99,6 +102,8 @@ struct RequestHead<'a> {
     dry_run: bool,
     #[serde(borrow, default)]
     object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    old_object: Option<&'a RawValue>,
 }
 
 /// The whole review as the API server sends it, decoded in one pass on the happy path.
@@ -135,6 +140,7 @@ struct FastRequest<'a> {
     operation: Option<Operation>,
     dry_run: Option<bool>,
     object: Option<ObjectInput<'a>>,
+    old_object: Option<&'a RawValue>,
 }
 
 /// The object, decoded as the views of `kind` when one is known to need them, else kept raw.
@@ -147,7 +153,8 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed {
         let object = match self.0 {
             Some(WorkloadKind::Pod) => Option::<PodView>::deserialize(d)?.map(DecodedObject::Pod),
             Some(WorkloadKind::Job) => Option::<JobView>::deserialize(d)?.map(DecodedObject::Job),
-            None => {
+            // Controllers are judged only on CREATE or a changed template: decoded then.
+            _ => {
                 let raw = <&RawValue>::deserialize(d)?;
                 return Ok(if raw.get() == "null" {
                     ObjectInput::Missing
@@ -180,6 +187,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
                     operation: None,
                     dry_run: None,
                     object: None,
+                    old_object: None,
                 };
                 fn once<T, E: de::Error>(
                     slot: &mut Option<T>,
@@ -219,6 +227,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
                             let object = map.next_value_seed(ObjectSeed(decode))?;
                             once(&mut r.object, object, "object")?;
                         }
+                        // Borrowed, not allocated: copied only for a controller's UPDATE.
+                        "oldObject" => once(&mut r.old_object, map.next_value()?, "oldObject")?,
                         _ => {
                             map.next_value::<de::IgnoredAny>()?;
                         }
@@ -261,13 +271,9 @@ struct UidOnly {
     uid: Option<String>,
 }
 
-/// Pod (core/v1) or Job (batch/v1); anything else is not handled.
+/// The kinds of SPEC.md §1; anything else is not handled.
 fn workload_kind(group: &str, version: &str, kind: &str) -> Option<WorkloadKind> {
-    match (group, version, kind) {
-        ("", "v1", "Pod") => Some(WorkloadKind::Pod),
-        ("batch", "v1", "Job") => Some(WorkloadKind::Job),
-        _ => None,
-    }
+    WorkloadKind::of(group, version, kind)
 }
 
 impl Request {
@@ -296,6 +302,7 @@ impl Request {
                 operation,
                 dry_run: r.dry_run.unwrap_or_default(),
                 object: None,
+                old_object: r.old_object,
             };
             let envelope = Envelope { api_version, uid };
             let object = r.object.unwrap_or(ObjectInput::Missing);
@@ -331,7 +338,13 @@ impl Request {
             Operation::Delete => "DELETE",
             Operation::Connect => "CONNECT",
         };
+        let controller = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind)
+            .is_some_and(WorkloadKind::is_controller);
         Request {
+            old_object: head
+                .old_object
+                .filter(|o| controller && o.get() != "null")
+                .map(|o| o.to_owned()),
             envelope,
             group: head.kind.group,
             version: head.kind.version,
@@ -411,7 +424,7 @@ impl Request {
         Ok(Request::from_head(envelope, head))
     }
 
-    /// Pod (core/v1) or Job (batch/v1); anything else is not handled.
+    /// The kind of SPEC.md §1 the request is for; `None` for any other.
     pub fn workload_kind(&self) -> Option<WorkloadKind> {
         workload_kind(&self.group, &self.version, &self.kind)
     }

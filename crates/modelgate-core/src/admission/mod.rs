@@ -7,10 +7,12 @@
 
 mod decode;
 mod encode;
+mod kinds;
 mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request};
+pub use kinds::WorkloadKind;
 
 use decode::ObjectInput;
 pub use mode::PolicyResult;
@@ -19,11 +21,12 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-use crate::cache::Resolved;
+use crate::cache::{MissReason, Resolved};
 use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
-use crate::patch::FieldPath;
-use crate::policy::view::{self, JobView, ObjectMetaView, PodView};
+use crate::policy::view::{
+    self, ControllerView, CronJobView, JobView, ObjectMetaView, PodTemplateOf, PodView,
+};
 use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
@@ -206,11 +209,17 @@ fn decide_object(
         }
         return d;
     };
+    let controller = kind.is_controller();
+    if controller && webhook == Webhook::Mutate {
+        // Never patched (SPEC.md §11): its pods are mutated when they are created.
+        return Decision::allow();
+    }
     let ephemeral_update = kind == WorkloadKind::Pod
         && req.operation == "UPDATE"
         && req.sub_resource.as_deref() == Some("ephemeralcontainers");
+    let template_update = controller && req.operation == "UPDATE" && req.sub_resource.is_none();
     let create = req.operation == "CREATE" && req.sub_resource.is_none();
-    if !(create || ephemeral_update) || ctx.config.is_exempt(&req.namespace) {
+    if !(create || ephemeral_update || template_update) || ctx.config.is_exempt(&req.namespace) {
         return Decision::allow();
     }
     let (decoded, raw) = match object {
@@ -228,13 +237,19 @@ fn decide_object(
         Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
         Err(_) => req.namespace.as_str(),
     };
-    if is_exempt(ctx, namespace, &decoded) {
+    let unchanged_template = || {
+        let object = raw.or_else(|| decode::raw_object(body));
+        template_update && !template_changed(kind, object, req.old_object.as_deref())
+    };
+    if is_exempt(ctx, namespace, &decoded) || unchanged_template() {
         let mut d = Decision::allow();
         d.object_namespace = Some(namespace.to_string());
         d.object_name = decoded.ok().and_then(|d| d.name().map(str::to_string));
         return d;
     }
     let ns_mode = ctx.namespaces.mode(namespace, ctx.config.default_mode);
+    // What the pods of a controller's template would be told about their model (SPEC.md §11).
+    let mut template_warnings = Vec::new();
     let mut decision = if ns_mode.mode == Mode::Off {
         mode::off()
     } else {
@@ -242,6 +257,15 @@ fn decide_object(
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
             let workload = d.workload(namespace, restricted)?;
             match (webhook, ns_mode.mode) {
+                // The template as its pods will be created: mutated in memory, then judged.
+                _ if controller => {
+                    let Some(object) = raw.or_else(|| decode::raw_object(body)) else {
+                        return judge(Webhook::Validate, false, &workload, ctx);
+                    };
+                    let mutation = judge(Webhook::Mutate, false, &workload, ctx)?;
+                    template_warnings = model_cache_warnings(&mutation);
+                    validate_mutated(kind, object, mutation, false, &workload, ctx)
+                }
                 // Nothing was patched in these modes, so the validator judges the object as
                 // enforce's mutation would have left it: only the denials enforce would give.
                 (Webhook::Validate, Mode::Warn | Mode::Audit) => {
@@ -257,12 +281,54 @@ fn decide_object(
         });
         mode::answer(ns_mode, verdict)
     };
+    if matches!(decision.mode, Some(Mode::Enforce | Mode::Warn)) {
+        decision.warnings.extend(template_warnings);
+    }
     decision.object_namespace = Some(namespace.to_string());
     decision.object_name = decoded
         .as_ref()
         .ok()
         .and_then(|d| d.name().map(str::to_string));
     decision
+}
+
+/// Whether an UPDATE changed the controller's pod template (SPEC.md §11: a scale, a label or a
+/// status leaves it as it was and is not judged). Compared as JSON values, so that key order
+/// does not count; without an old object to compare with, it counts as changed.
+fn template_changed(kind: WorkloadKind, object: Option<&RawValue>, old: Option<&RawValue>) -> bool {
+    let template = |raw: Option<&RawValue>| {
+        let value: serde_json::Value = serde_json::from_str(raw?.get()).ok()?;
+        value.pointer(&kind.pod_template_pointer()).cloned()
+    };
+    match (template(object), template(old)) {
+        (Some(new), Some(old)) => new != old,
+        _ => true,
+    }
+}
+
+/// The model cache warnings of a template's in-memory mutation: a cache matched but the pods
+/// would miss it (with the reason and what is missing), or the caches are not synced; a hit or a
+/// plain miss says nothing, since nothing is wrong.
+fn model_cache_warnings(mutation: &Mutation) -> Vec<String> {
+    let matched_but_missed = mutation
+        .changes
+        .iter()
+        .filter(|c| c.rule == Rule::ModelCache && c.is_miss())
+        .filter_map(|c| c.applied_warning.clone());
+    // A template that already carries the miss annotations changes nothing: its warning is
+    // among the notes, reason first.
+    let noted = mutation
+        .notes
+        .iter()
+        .filter(|n| {
+            n.contains("(not-synced)")
+                || MissReason::ALL.iter().any(|r| {
+                    n.strip_prefix(r.as_str())
+                        .is_some_and(|rest| rest.starts_with(": "))
+                })
+        })
+        .cloned();
+    matched_but_missed.chain(noted).collect()
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.
@@ -300,6 +366,18 @@ fn validate_as_enforced(
     ctx: &Context,
 ) -> mode::Verdict {
     let mutation = judge(Webhook::Mutate, ephemeral_update, workload, ctx)?;
+    validate_mutated(kind, object, mutation, ephemeral_update, workload, ctx)
+}
+
+/// Validation of `object` with `mutation` (computed on it) applied.
+fn validate_mutated(
+    kind: WorkloadKind,
+    object: &RawValue,
+    mutation: Mutation,
+    ephemeral_update: bool,
+    workload: &Workload,
+    ctx: &Context,
+) -> mode::Verdict {
     if mutation.patch.is_empty() {
         return judge(Webhook::Validate, ephemeral_update, workload, ctx);
     }
@@ -319,26 +397,14 @@ fn validate_as_enforced(
     judge(Webhook::Validate, ephemeral_update, &workload, ctx)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WorkloadKind {
-    Pod,
-    Job,
-}
-
-impl WorkloadKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadKind::Pod => "Pod",
-            WorkloadKind::Job => "Job",
-        }
-    }
-}
-
 /// The object decoded as the kind the request names, into the views of the fields the rules
 /// read (SPEC.md §6), borrowing from the object's text.
 enum DecodedObject<'a> {
     Pod(PodView<'a>),
     Job(JobView<'a>),
+    /// A Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController.
+    Controller(WorkloadKind, ControllerView<'a>),
+    CronJob(CronJobView<'a>),
 }
 
 const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes API schema.";
@@ -358,6 +424,10 @@ impl<'a> DecodedObject<'a> {
         let decoded = match kind {
             WorkloadKind::Pod => view::decode_pod(text).map(DecodedObject::Pod),
             WorkloadKind::Job => view::decode_job(text).map(DecodedObject::Job),
+            WorkloadKind::CronJob => view::decode_cron_job(text).map(DecodedObject::CronJob),
+            controller => {
+                view::decode_controller(text).map(|c| DecodedObject::Controller(controller, c))
+            }
         };
         let decoded = decoded.map_err(|failure| {
             let field = if failure.path == "." {
@@ -382,6 +452,8 @@ impl<'a> DecodedObject<'a> {
         let found = match &self {
             DecodedObject::Pod(p) => p.kind.as_deref(),
             DecodedObject::Job(j) => j.kind.as_deref(),
+            DecodedObject::Controller(_, c) => c.kind.as_deref(),
+            DecodedObject::CronJob(c) => c.kind.as_deref(),
         };
         if let Some(found) = found
             && found != kind.as_str()
@@ -403,6 +475,8 @@ impl<'a> DecodedObject<'a> {
         match self {
             DecodedObject::Pod(p) => p.metadata.as_ref(),
             DecodedObject::Job(j) => j.metadata.as_ref(),
+            DecodedObject::Controller(_, c) => c.metadata.as_ref(),
+            DecodedObject::CronJob(c) => c.metadata.as_ref(),
         }
     }
 
@@ -430,6 +504,46 @@ impl<'a> DecodedObject<'a> {
             .or(meta.generate_name.as_deref())
     }
 
+    fn kind(&self) -> WorkloadKind {
+        match self {
+            DecodedObject::Pod(_) => WorkloadKind::Pod,
+            DecodedObject::Job(_) => WorkloadKind::Job,
+            DecodedObject::Controller(kind, _) => *kind,
+            DecodedObject::CronJob(_) => WorkloadKind::CronJob,
+        }
+    }
+
+    /// The pod template of a Job or a controller, with the path of its spec for a denial that
+    /// it is missing.
+    fn template(
+        &self,
+    ) -> (
+        Option<&PodTemplateOf<'a, view::InitContainerView<'a>>>,
+        &'static str,
+    ) {
+        match self {
+            DecodedObject::Pod(_) => (None, "spec"),
+            DecodedObject::Job(j) => (
+                j.spec.as_ref().and_then(|s| s.template.as_ref()),
+                "spec.template.spec",
+            ),
+            DecodedObject::Controller(_, c) => (
+                c.spec.as_ref().and_then(|s| s.template.as_ref()),
+                "spec.template.spec",
+            ),
+            DecodedObject::CronJob(c) => (
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.job_template.as_ref())
+                    .and_then(|t| t.spec.as_ref())
+                    .and_then(|s| s.template.as_ref()),
+                "spec.jobTemplate.spec.template.spec",
+            ),
+        }
+    }
+
+    /// The pod the rules judge: the Pod itself, or the pod template of a Job or a controller,
+    /// with the paths of its metadata and spec inside the object.
     fn workload<'w>(
         &'w self,
         namespace: &'w str,
@@ -437,35 +551,29 @@ impl<'a> DecodedObject<'a> {
     ) -> Result<Workload<'w>, Denial> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
-        match self {
-            DecodedObject::Pod(p) => Ok(Workload {
-                namespace,
-                restricted_namespace,
-                annotations: p.metadata.as_ref().and_then(|m| m.annotations.as_ref()),
-                labels: p.metadata.as_ref().and_then(|m| m.labels.as_ref()),
-                has_metadata: p.metadata.is_some(),
-                spec: p.spec.as_ref().ok_or_else(|| missing("spec"))?,
-                meta_path: FieldPath::root().key("metadata"),
-                spec_path: FieldPath::root().key("spec"),
-            }),
-            DecodedObject::Job(j) => {
-                let spec = j.spec.as_ref().ok_or_else(|| missing("spec"))?;
-                let template = spec.template.as_ref();
-                let metadata = template.and_then(|t| t.metadata.as_ref());
-                Ok(Workload {
-                    namespace,
-                    restricted_namespace,
-                    annotations: metadata.and_then(|m| m.annotations.as_ref()),
-                    labels: metadata.and_then(|m| m.labels.as_ref()),
-                    has_metadata: metadata.is_some(),
-                    spec: template
-                        .and_then(|t| t.spec.as_ref())
-                        .ok_or_else(|| missing("spec.template.spec"))?,
-                    meta_path: FieldPath::root().keys(["spec", "template", "metadata"]),
-                    spec_path: FieldPath::root().keys(["spec", "template", "spec"]),
-                })
-            }
-        }
+        let (meta_path, spec_path) = self.kind().pod_paths();
+        let (metadata, spec) = match (self, self.template()) {
+            (DecodedObject::Pod(p), (_, spec_field)) => (
+                p.metadata.as_ref(),
+                p.spec.as_ref().ok_or_else(|| missing(spec_field))?,
+            ),
+            (_, (template, spec_field)) => (
+                template.and_then(|t| t.metadata.as_ref()),
+                template
+                    .and_then(|t| t.spec.as_ref())
+                    .ok_or_else(|| missing(spec_field))?,
+            ),
+        };
+        Ok(Workload {
+            namespace,
+            restricted_namespace,
+            annotations: metadata.and_then(|m| m.annotations.as_ref()),
+            labels: metadata.and_then(|m| m.labels.as_ref()),
+            has_metadata: metadata.is_some(),
+            spec,
+            meta_path,
+            spec_path,
+        })
     }
 }
 
@@ -474,3 +582,6 @@ mod tests;
 
 #[cfg(test)]
 mod mode_tests;
+
+#[cfg(test)]
+mod controller_tests;

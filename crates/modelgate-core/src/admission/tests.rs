@@ -1418,17 +1418,17 @@ fn other_operations_and_subresources_are_allowed_untouched() {
 
 #[test]
 fn other_kinds_are_allowed_with_one_warning() {
-    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}});
+    let d = json!({"apiVersion": "v1", "kind": "Service", "spec": {}});
     let a = run_with(
         Webhook::Mutate,
-        &review_of("Deployment", "CREATE", None, "t", d),
+        &review_of("Service", "CREATE", None, "t", d),
         &PolicyConfig::default(),
         &CacheIndex::new(),
     );
     assert!(a.allowed() && a.patch.is_empty());
     assert_eq!(
         a.warnings(),
-        ["modelgate does not handle apps/v1/Deployment; allowed without changes"]
+        ["modelgate does not handle v1/Service; allowed without changes"]
     );
 }
 

@@ -202,6 +202,11 @@ impl Change {
         self.what.to_string()
     }
 
+    /// The change records a model cache miss.
+    pub fn is_miss(&self) -> bool {
+        matches!(self.what, What::RecordMiss { .. })
+    }
+
     /// The change as a dry run reports it: `would set spec.securityContext.runAsNonRoot=true`.
     pub fn would(&self) -> String {
         format!("would {}", self.what)

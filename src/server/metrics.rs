@@ -53,6 +53,36 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Every `reason` of `modelgate_admission_errors_total` (docs/operations.md, "Metrics").
+pub const ADMISSION_ERROR_REASONS: [&str; 8] = [
+    "invalid_json",
+    "invalid_review",
+    "payload_too_large",
+    "unsupported_media_type",
+    "deadline_exceeded",
+    "body_stalled",
+    "too_many_requests",
+    "body_read_error",
+];
+
+/// Every `reason` of `modelgate_connections_dropped_total` (docs/operations.md, "Metrics").
+pub const CONNECTION_DROP_REASONS: [&str; 14] = [
+    "tls_handshake_timeout",
+    "tls_handshake_failed",
+    "no_request",
+    "idle_timeout",
+    "stalled",
+    "timeout",
+    "header_too_large",
+    "bad_request",
+    "h2_enhance_your_calm",
+    "h2_protocol_error",
+    "h2_frame_size_error",
+    "h2_compression_error",
+    "h2_flow_control_error",
+    "h2_other_error",
+];
+
 /// Seconds: the pipeline takes tens of microseconds, reading a large body much longer.
 const DURATION_BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -179,6 +209,18 @@ impl Metrics {
             open_connections.clone(),
         );
         registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
+        // The series alerts and dashboards read exist at 0 from the start: a counter that
+        // appears only at its first increment has no rate() for that first one, and an
+        // absent series cannot be told from a scrape that failed.
+        for reason in ADMISSION_ERROR_REASONS {
+            drop(errors.get_or_create(&ReasonLabels { reason }));
+        }
+        for reason in CONNECTION_DROP_REASONS {
+            drop(connections_dropped.get_or_create(&ReasonLabels { reason }));
+        }
+        for result in ["success", "failure"] {
+            drop(tls_reloads.get_or_create(&ResultLabels { result }));
+        }
         Metrics {
             registry,
             requests,
@@ -352,6 +394,57 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn every_known_reason_is_exported_at_zero_before_it_happens() {
+        let text = Metrics::new().encode().unwrap();
+        let series = |name: &str, label: &str, values: &[&str]| {
+            for value in values {
+                let line = format!(r#"{name}{{{label}="{value}"}} 0"#);
+                assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+            }
+        };
+        series(
+            "modelgate_admission_errors_total",
+            "reason",
+            &ADMISSION_ERROR_REASONS,
+        );
+        series(
+            "modelgate_connections_dropped_total",
+            "reason",
+            &CONNECTION_DROP_REASONS,
+        );
+        series(
+            "modelgate_tls_reloads_total",
+            "result",
+            &["success", "failure"],
+        );
+        // The lists are the documented ones, so a reason added to the code and the docs
+        // without its series here, or dropped from one, is caught.
+        let docs = include_str!("../../docs/operations.md");
+        let documented = |metric: &str| -> Vec<String> {
+            let row = docs
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{metric}`")))
+                .unwrap_or_else(|| panic!("{metric} not in docs/operations.md"));
+            let meaning = row.rsplit(" | ").next().unwrap_or_default();
+            let meaning = meaning.split(" ([").next().unwrap_or_default();
+            meaning
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            documented("modelgate_admission_errors_total"),
+            ADMISSION_ERROR_REASONS
+        );
+        assert_eq!(
+            documented("modelgate_connections_dropped_total"),
+            CONNECTION_DROP_REASONS
+        );
     }
 
     #[test]

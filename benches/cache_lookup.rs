@@ -7,7 +7,9 @@
 //! Nodes (at least 4) in two node groups; every cache is downloaded on four nodes of group `gpu`.
 //! Each size is measured for a full hit (PVC, status, node group, pinned nodes), a hit on a file
 //! deep under a cache, a hit with a nodeSelector, a namespace-scope hit, a `pvc-missing` miss and
-//! a `no-match` miss; `rebuild` is what one debounced publish of the watch costs.
+//! a `no-match` miss; `rebuild` is building the whole index (the first list), `change` what one
+//! changed object costs the watch: the snapshot cloned, one PVC removed or one Node relabelled,
+//! the snapshot dropped.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -165,5 +167,35 @@ fn rebuild(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lookups, rebuild);
+fn change(c: &mut Criterion) {
+    let mut group = c.benchmark_group("change");
+    for (n, nodes) in SIZES {
+        let (caches, node_list) = state(n, nodes);
+        let index = index_of(&caches, &node_list);
+        group.bench_with_input(BenchmarkId::new("pvc-deleted", n), &index, |b, index| {
+            b.iter(|| {
+                let mut next = index.clone();
+                assert!(next.remove_pvc("team-1", "cache-0-gpu"));
+                next
+            })
+        });
+        let (name, labels) = &node_list[0];
+        let mut relabelled = labels.clone();
+        relabelled.insert("zone".into(), "elsewhere".into());
+        group.bench_with_input(
+            BenchmarkId::new("node-relabelled", n),
+            &index,
+            |b, index| {
+                b.iter(|| {
+                    let mut next = index.clone();
+                    next.upsert_node(name.as_str(), relabelled.clone());
+                    next
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lookups, rebuild, change);
 criterion_main!(benches);

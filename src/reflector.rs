@@ -9,7 +9,13 @@
 //!   once complete, so a relist never shows a half-listed kind;
 //! - `Apply` converts and upserts; an object that no longer converts is removed (its last good
 //!   version must not keep being used) with a warning;
+//! - an `Apply` whose conversion equals what is kept changes nothing and reports nothing: most
+//!   watch events of a real cluster touch nothing a watch keeps (a Node's status or
+//!   annotations, a PVC's resize), and each would otherwise cost a publish;
 //! - `Delete` removes;
+//! - every change is reported with the keys it touched, a complete list with the keys whose
+//!   value differs from what it replaced (so a relist that finds what was known reports nothing
+//!   changed), so that a watch can apply only those;
 //! - an object of a list that does not convert is skipped with a warning;
 //! - after a stream error a partial list is dropped and the objects stay.
 //!
@@ -29,11 +35,17 @@ use tracing::{info, warn};
 
 /// A kind's objects as a watch keeps them: what a complete list replaces and events edit.
 pub(crate) trait Objects: Default {
-    type Key;
+    type Key: Clone;
     type Value;
     fn insert(&mut self, key: Self::Key, value: Self::Value);
-    fn remove(&mut self, key: &Self::Key);
+    /// Whether there was something to remove.
+    fn remove(&mut self, key: &Self::Key) -> bool;
     fn len(&self) -> usize;
+    /// Whether keeping `value` under `key` is what is kept already (so it would change nothing).
+    fn holds(&self, key: &Self::Key, value: &Self::Value) -> bool;
+    /// Replaces every object with a complete list; returns the keys whose value appeared,
+    /// changed or went.
+    fn replace(&mut self, listed: Self) -> Vec<Self::Key>;
 }
 
 /// What a watched object becomes: the kind-specific half of the event rules.
@@ -49,20 +61,23 @@ pub(crate) trait Rules {
     fn describe(&self, key: &Key<Self>) -> String;
 }
 
-type Key<R> = <<R as Rules>::Objects as Objects>::Key;
+pub(crate) type Key<R> = <<R as Rules>::Objects as Objects>::Key;
 type Value<R> = <<R as Rules>::Objects as Objects>::Value;
 /// The key and what is kept, or the key and why nothing is.
 type Conversion<R> = Result<(Key<R>, Value<R>), (Key<R>, String)>;
 
 /// What one event did to the objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Applied {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Applied<K> {
     /// Nothing visible: a list in progress gathers its objects aside.
     Nothing,
-    /// A list completed and replaced the objects; this many were kept.
-    Listed(usize),
-    /// An object was added, replaced or removed.
-    Changed,
+    /// An object event that left the objects as they were (progress all the same).
+    Unchanged,
+    /// A list completed and replaced the objects: `kept` were kept, the objects of `changed`
+    /// differ from before.
+    Listed { kept: usize, changed: Vec<K> },
+    /// The object of this key was added, replaced or removed.
+    Changed(K),
 }
 
 /// Applies the events of one watch to its objects (the rules of the module docs).
@@ -84,7 +99,7 @@ impl<R: Rules> Writer<R> {
         &mut self,
         event: Event<R::Object>,
         objects: &Mutex<R::Objects>,
-    ) -> Applied {
+    ) -> Applied<Key<R>> {
         let lock = || objects.lock().unwrap_or_else(PoisonError::into_inner);
         match event {
             Event::Init => {
@@ -100,26 +115,34 @@ impl<R: Rules> Writer<R> {
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                let n = listed.len();
-                *lock() = listed;
-                Applied::Listed(n)
+                let kept = listed.len();
+                let changed = lock().replace(listed);
+                Applied::Listed { kept, changed }
             }
             Event::Apply(obj) => {
                 let converted = self.rules.convert(obj);
                 let mut objects = lock();
                 match converted {
-                    Ok((key, value)) => objects.insert(key, value),
+                    Ok((key, value)) if objects.holds(&key, &value) => Applied::Unchanged,
+                    Ok((key, value)) => {
+                        objects.insert(key.clone(), value);
+                        Applied::Changed(key)
+                    }
                     Err((key, why)) => {
                         warn!("{} ignored: {why}", self.rules.describe(&key));
-                        objects.remove(&key);
+                        match objects.remove(&key) {
+                            true => Applied::Changed(key),
+                            false => Applied::Unchanged,
+                        }
                     }
                 }
-                Applied::Changed
             }
             Event::Delete(obj) => {
                 let key = self.rules.key(&obj);
-                lock().remove(&key);
-                Applied::Changed
+                match lock().remove(&key) {
+                    true => Applied::Changed(key),
+                    false => Applied::Unchanged,
+                }
             }
         }
     }
@@ -141,10 +164,11 @@ pub(crate) trait Watched {
         &self,
     ) -> BoxStream<'static, Result<Event<<Self::Rules as Rules>::Object>, watcher::Error>>;
     fn objects(&self) -> &Mutex<<Self::Rules as Rules>::Objects>;
-    /// A complete list replaced the objects; `n` were kept. [`Watched::changed`] follows.
+    /// A complete list replaced the objects; `n` were kept. [`Watched::changed`] follows when
+    /// it changed any.
     fn listed(&mut self, n: usize);
-    /// The objects changed: publish them.
-    fn changed(&mut self);
+    /// The objects of these keys changed (were added, replaced or removed): publish them.
+    fn changed(&mut self, keys: Vec<Key<Self::Rules>>);
     /// The stream failed and will be retried after a backoff, the last known objects staying
     /// in use: count and log it. An expired resourceVersion ([`relists`]) is logged by [`run`].
     fn failed(&mut self, error: &watcher::Error);
@@ -171,11 +195,12 @@ pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &W
         while let Some(item) = stream.next().await {
             let changed = match item {
                 Ok(event) => match writer.apply(event, watched.objects()) {
-                    Applied::Nothing => false,
-                    Applied::Changed => true,
-                    Applied::Listed(n) => {
-                        watched.listed(n);
-                        true
+                    Applied::Nothing => None,
+                    Applied::Unchanged => Some(Vec::new()),
+                    Applied::Changed(key) => Some(vec![key]),
+                    Applied::Listed { kept, changed } => {
+                        watched.listed(kept);
+                        Some(changed)
                     }
                 },
                 Err(e) => {
@@ -192,9 +217,12 @@ pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &W
                     continue;
                 }
             };
-            if changed {
+            // Any complete list or object event is progress, even one that changed nothing.
+            if let Some(keys) = changed {
                 backoff.reset();
-                watched.changed();
+                if !keys.is_empty() {
+                    watched.changed(keys);
+                }
             }
         }
     }
@@ -246,6 +274,103 @@ impl Backoff for Doubling {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    /// Objects as `(name, value)` pairs, a negative value not converting.
+    struct Pairs;
+
+    impl Objects for BTreeMap<String, i64> {
+        type Key = String;
+        type Value = i64;
+        fn insert(&mut self, key: String, value: i64) {
+            BTreeMap::insert(self, key, value);
+        }
+        fn remove(&mut self, key: &String) -> bool {
+            BTreeMap::remove(self, key).is_some()
+        }
+        fn len(&self) -> usize {
+            BTreeMap::len(self)
+        }
+        fn holds(&self, key: &String, value: &i64) -> bool {
+            self.get(key) == Some(value)
+        }
+        fn replace(&mut self, listed: Self) -> Vec<String> {
+            let old = std::mem::replace(self, listed);
+            let gone = old.keys().filter(|k| !self.contains_key(*k));
+            let changed = self.iter().filter(|(k, v)| old.get(*k) != Some(v));
+            gone.chain(changed.map(|(k, _)| k)).cloned().collect()
+        }
+    }
+
+    impl Rules for Pairs {
+        type Object = (String, i64);
+        type Objects = BTreeMap<String, i64>;
+        fn key(&self, object: &(String, i64)) -> String {
+            object.0.clone()
+        }
+        fn convert(&self, (key, value): (String, i64)) -> Conversion<Self> {
+            if value < 0 {
+                return Err((key, "negative".into()));
+            }
+            Ok((key, value))
+        }
+        fn describe(&self, key: &String) -> String {
+            key.clone()
+        }
+    }
+
+    fn pair(name: &str, value: i64) -> (String, i64) {
+        (name.to_string(), value)
+    }
+
+    #[test]
+    fn an_event_that_changes_nothing_reports_nothing() {
+        let objects = Mutex::new(BTreeMap::new());
+        let mut w = Writer::new(Pairs);
+        let changed = |k: &str| Applied::Changed(k.to_string());
+        assert_eq!(w.apply(Event::Apply(pair("a", 1)), &objects), changed("a"));
+        // The same value again: a Node status update or a PVC resize, as the watch converts it.
+        assert_eq!(
+            w.apply(Event::Apply(pair("a", 1)), &objects),
+            Applied::Unchanged
+        );
+        assert_eq!(w.apply(Event::Apply(pair("a", 2)), &objects), changed("a"));
+        // Deleting, or failing to convert, what is not kept changes nothing either.
+        assert_eq!(
+            w.apply(Event::Delete(pair("b", 0)), &objects),
+            Applied::Unchanged
+        );
+        assert_eq!(
+            w.apply(Event::Apply(pair("b", -1)), &objects),
+            Applied::Unchanged
+        );
+        assert_eq!(w.apply(Event::Apply(pair("a", -1)), &objects), changed("a"));
+        assert!(objects.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_relist_reports_only_what_differs() {
+        let objects = Mutex::new(BTreeMap::new());
+        let mut w = Writer::new(Pairs);
+        let list = |w: &mut Writer<Pairs>, items: &[(&str, i64)]| {
+            w.apply(Event::Init, &objects);
+            for (k, v) in items {
+                w.apply(Event::InitApply(pair(k, *v)), &objects);
+            }
+            w.apply(Event::InitDone, &objects)
+        };
+        let listed = |kept, changed: &[&str]| Applied::Listed {
+            kept,
+            changed: changed.iter().map(|c| c.to_string()).collect(),
+        };
+        assert_eq!(list(&mut w, &[("a", 1), ("b", 2)]), listed(2, &["a", "b"]));
+        assert_eq!(list(&mut w, &[("a", 1), ("b", 2)]), listed(2, &[]));
+        let mut after = list(&mut w, &[("b", 3), ("c", 4)]);
+        if let Applied::Listed { changed, .. } = &mut after {
+            changed.sort();
+        }
+        assert_eq!(after, listed(2, &["a", "b", "c"]));
+    }
 
     #[test]
     fn doubling_backoff_caps_and_resets() {

@@ -2,7 +2,8 @@
 //! (tests/support/fake_apiserver.rs). Resolution is checked end to end: real AdmissionReview
 //! bodies through `admission::review`, against `store.view()`, as `serve` does.
 //!
-//! Every wait is a poll with a 10 s deadline; nothing sleeps for a fixed time.
+//! Every wait is a poll with a 10 s deadline; nothing sleeps for a fixed time, except the one
+//! check that something does not happen (nothing published for events that change nothing).
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -729,6 +730,88 @@ async fn a_burst_of_events_costs_few_publishes() {
         metrics_text(&metrics)
             .contains(r#"modelgate_cache_objects{kind="LocalModelNamespaceCache"} 300"#)
     );
+}
+
+/// The seeded cluster cache `shared` with gpu-1 downloaded and gpu-2 at `gpu_2`, `available`
+/// copies and a resourceVersion the server bumps: what KServe's controller writes as the
+/// download goes on.
+fn shared_cache_status(gpu_2: &str, available: u32) -> Value {
+    json!({
+        "metadata": {"name": "shared"},
+        "spec": {"sourceModelUri": "hf://org/llama", "modelSize": "1Gi", "nodeGroups": ["workers"]},
+        "status": {"nodeStatus": {"gpu-1": "NodeDownloaded", "gpu-2": gpu_2},
+                   "copies": {"available": available, "total": 2}}
+    })
+}
+
+#[tokio::test]
+async fn events_that_change_nothing_the_index_keeps_publish_nothing() {
+    let (server, watch, _) = synced(config()).await;
+    let store = watch.store();
+    // A change that is published, so that counting starts after every publish of the sync.
+    server.apply(CACHES, shared_cache_status("NodeDownloadPending", 1));
+    eventually("gpu-2 pending", || {
+        let request = modelgate::cache::LookupRequest::new("team-a", "hf://org/llama");
+        let index = store.view().index;
+        let hit = index.lookup(&request);
+        hit.hit()
+            .is_some_and(|h| h.cache.status.node("gpu-2").is_some())
+    })
+    .await;
+    let before = watch.publishes();
+    let snapshot = store.view().index;
+    for i in 0..20u32 {
+        // A kubelet's heartbeat as a metadata watch sees it: a new resourceVersion, annotations.
+        server.apply(
+            NODES,
+            json!({"metadata": {"name": "gpu-1",
+                                "labels": {"node-type": "gpu", "kubernetes.io/hostname": "gpu-1"},
+                                "annotations": {"heartbeat": i.to_string()}}}),
+        );
+        // A PVC resized.
+        server.apply(
+            PVCS,
+            json!({"metadata": {"name": "shared-workers", "namespace": "team-a"},
+                   "spec": {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": format!("{}Gi", i + 1)}}},
+                   "status": {"phase": "Bound", "capacity": {"storage": format!("{}Gi", i + 1)}}}),
+        );
+        // The download goes on without a node reaching NodeDownloaded.
+        let state = ["NodeDownloadPending", "NodeDownloading"][i as usize % 2];
+        server.apply(CACHES, shared_cache_status(state, 1 + i % 2));
+    }
+    // 30 debounce intervals: a publish for any of those events would have happened by now.
+    let quiet_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < quiet_until {
+        assert_eq!(
+            watch.publishes(),
+            before,
+            "an event that changed nothing published"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(std::sync::Arc::ptr_eq(&snapshot, &store.view().index));
+    // The watches did receive them: a real change of each kind after them is published.
+    server.apply(CACHES, shared_cache_status("NodeDownloaded", 2));
+    server.apply(
+        PVCS,
+        json!({"metadata": {"name": "shared-workers", "namespace": "team-a"},
+               "status": {"phase": "Lost"}}),
+    );
+    server.apply(
+        NODES,
+        json!({"metadata": {"name": "gpu-3", "labels": {"node-type": "gpu"}}}),
+    );
+    eventually("the real changes", || {
+        let index = store.view().index;
+        index.counts().nodes == 2
+            && resolve(store, "team-a", "hf://org/llama")
+                .1
+                .iter()
+                .any(|w| w.contains("PVC team-a/shared-workers is Lost"))
+    })
+    .await;
+    assert!(watch.publishes() > before);
 }
 
 #[tokio::test]

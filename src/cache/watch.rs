@@ -6,11 +6,14 @@
 //! [`Kind::reading`]) and keeps that kind's converted objects. Every kind goes through the same
 //! path ([`watch_kind`]: the loop and event rules of [`crate::reflector`], with the kind's
 //! conversion from [`super::reflect`]): adding one is a [`Kind`]
-//! variant, its conversion, and nothing here. A publisher task rebuilds the whole index from
-//! every kind plus the static `--caches` objects and publishes it to the [`CacheStore`], at
-//! most once per debounce interval however many events arrive. An
-//! admission only loads the published `Arc`: it never waits for the watch and never calls the
-//! API server.
+//! variant, its conversion, and nothing here. An event that changes nothing the index keeps
+//! (a Node's status, a PVC's resize, a cache's download progress) is dropped there. A kind task
+//! records the keys of the objects that did change; a publisher task applies just those to the
+//! index (the cluster's objects under the static `--caches` ones) and publishes it to the
+//! [`CacheStore`], at most once per debounce interval however many events arrive. The index is
+//! persistent: publishing is a clone that shares everything, and a change copies only the path
+//! to what it changed. An admission only loads the published `Arc`: it never waits for the watch
+//! and never calls the API server.
 //!
 //! Rules (see also `docs/model-cache.md`):
 //! - **Synced** (the store's flag, and `modelgate_cache_synced`): a kind is synced once its first
@@ -43,7 +46,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::cluster::{Converted, Kind, KindObjects, Reading, build_index};
+use super::cluster::{Kind, KindObjects, ObjectKey, Reading, apply_change};
 use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
 use super::reflect::KindRules;
 use super::store::release_freed_memory;
@@ -187,12 +190,20 @@ struct Shared {
 #[derive(Default)]
 struct KindState {
     objects: Mutex<KindObjects>,
+    /// The keys whose objects changed since the publisher last took them (a key changed
+    /// twice is there twice: applying it again is harmless, and a list of 100 000 keys is
+    /// handed over as it is, without a hash table).
+    changed: Mutex<Vec<ObjectKey>>,
     synced: AtomicBool,
 }
 
 impl KindState {
     fn objects(&self) -> MutexGuard<'_, KindObjects> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn changed(&self) -> MutexGuard<'_, Vec<ObjectKey>> {
+        self.changed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -296,7 +307,12 @@ impl CacheWatch {
     }
 }
 
-/// Rebuilds and publishes the index whenever a kind task marks it dirty, once per `debounce`.
+/// The longest a publish waits after the first event of a batch: a change is published within
+/// a second, whatever the last batch cost.
+const MAX_WAIT: Duration = Duration::from_millis(500);
+
+/// Applies the kinds' changes to the index and publishes it whenever a kind task marks it
+/// dirty, once per `debounce`.
 async fn publish(
     shared: Arc<Shared>,
     store: Arc<CacheStore>,
@@ -305,45 +321,69 @@ async fn publish(
     ready: Arc<watch::Sender<bool>>,
     debounce: Duration,
 ) {
-    // A rebuild is linear in the number of objects (about 1 ms for 1 000, 0.35 s for 100 000):
-    // waiting at least four times as long as the last one took keeps a steady stream of events
-    // from occupying more than a fifth of a core.
-    let mut last_build = Duration::ZERO;
+    // The index as last published. Each batch is applied to it, copying only the paths to what
+    // changed (the snapshot admissions hold keeps sharing the rest), so a change costs in
+    // proportion to itself: an event that changes one PVC is a few microseconds at any size.
+    let mut index = Some(static_index.as_ref().clone());
+    // A first list of 100 000 objects takes a few hundred milliseconds to apply: waiting up to
+    // four times as long as the last batch took (within MAX_WAIT) keeps a relist storm from
+    // occupying the core that answers admissions.
+    let mut last_batch = Duration::ZERO;
     loop {
         shared.dirty.notified().await;
-        tokio::time::sleep(debounce.max(last_build.saturating_mul(4))).await;
-        // Read before the snapshot: a kind's objects are in place before its flag is set.
+        tokio::time::sleep(debounce.max(last_batch.saturating_mul(4).min(MAX_WAIT))).await;
+        // Read before the changes: a kind's objects are in place before its flag is set.
         let synced = shared
             .kinds
             .iter()
             .all(|k| k.synced.load(Ordering::Acquire));
-        // Copy the Arcs under each lock, build without holding any.
-        let snapshot: Vec<Arc<Converted>> = shared
-            .kinds
-            .iter()
-            .flat_map(|k| k.objects().values().cloned().collect::<Vec<_>>())
-            .collect();
-        let statics = static_index.clone();
-        let (target, gauges, counted) = (store.clone(), metrics.clone(), shared.clone());
+        let pending = shared.kinds.iter().any(|k| !k.changed().is_empty());
+        let newly_synced = synced && !store.is_synced();
+        if !pending && !newly_synced {
+            continue;
+        }
+        let work = index
+            .take()
+            .unwrap_or_else(|| static_index.as_ref().clone());
+        let (statics, kinds) = (static_index.clone(), shared.clone());
+        let (target, gauges) = (store.clone(), metrics.clone());
         let started = tokio::time::Instant::now();
-        // Built and published on a blocking thread, which also drops the previous index (unless
-        // an admission still reads it) and hands the freed pages back: without that, every
-        // rebuild at 100 000 objects leaves ~50 MiB of freed pages resident.
+        // On a blocking thread: a first list or a relist is a large batch.
         let published = tokio::task::spawn_blocking(move || {
-            let index = build_index(&statics, snapshot.iter().map(|c| &**c));
-            drop(snapshot);
+            let mut index = work;
+            let mut applied = 0;
+            for kind in Kind::ALL {
+                applied += apply_changes(&mut index, &statics, kind, kinds.kind(kind));
+            }
             gauges.set_objects(&index);
             let counts = index.counts();
-            target.publish(index);
-            counted.publishes.fetch_add(1, Ordering::AcqRel);
-            release_freed_memory();
-            counts
+            target.publish(index.clone());
+            kinds.publishes.fetch_add(1, Ordering::AcqRel);
+            // A large batch replaced many nodes of the previous snapshot, freed here (unless an
+            // admission still reads it): hand those pages back. A small batch frees a few
+            // nodes, not worth the walk of the heaps.
+            if applied >= 1_000 {
+                release_freed_memory();
+            }
+            (index, counts)
         })
         .await;
-        last_build = started.elapsed();
-        let Ok(c) = published else {
-            continue;
+        last_batch = started.elapsed();
+        let (next, c) = match published {
+            Ok(done) => done,
+            Err(e) => {
+                // The batch's changes went with the index: start over from every object.
+                warn!("publishing the model cache index failed: {e}; rebuilding it");
+                for kind in Kind::ALL {
+                    let state = shared.kind(kind);
+                    let keys: Vec<_> = state.objects().keys().cloned().collect();
+                    state.changed().extend(keys);
+                }
+                shared.dirty.notify_one();
+                continue;
+            }
         };
+        index = Some(next);
         debug!(
             namespace_caches = c.namespace_caches,
             cluster_caches = c.cluster_caches,
@@ -365,6 +405,23 @@ async fn publish(
             );
         }
     }
+}
+
+/// Applies the changes one kind's task has recorded since the last batch; returns how many.
+fn apply_changes(
+    index: &mut CacheIndex,
+    statics: &CacheIndex,
+    kind: Kind,
+    state: &KindState,
+) -> usize {
+    // Keys first, then their objects: a key is recorded after its object is in place, so each
+    // object read here is at least as new as the change that recorded it.
+    let keys = std::mem::take(&mut *state.changed());
+    for key in &keys {
+        let current = state.objects().get(key).cloned();
+        apply_change(index, statics, kind, key, current.as_deref());
+    }
+    keys.len()
 }
 
 /// The kind's list-then-watch stream, whole objects or metadata only, as `DynamicObject`s.
@@ -431,9 +488,18 @@ impl Watched for KindWatch {
         }
         self.listed = true;
         mark_synced(kind, self.shared.kind(kind), &self.metrics);
+        // The store may become synced, changed objects or not.
+        self.shared.dirty.notify_one();
     }
 
-    fn changed(&mut self) {
+    fn changed(&mut self, keys: Vec<ObjectKey>) {
+        let mut pending = self.shared.kind(self.kind).changed();
+        if pending.is_empty() {
+            *pending = keys;
+        } else {
+            pending.extend(keys);
+        }
+        drop(pending);
         self.shared.dirty.notify_one();
     }
 
@@ -483,7 +549,7 @@ async fn watch_kind(
         crd_missing: false,
         listed: false,
     };
-    reflector::run(watched, KindRules(kind), &config.backoff).await;
+    reflector::run(watched, KindRules::new(kind), &config.backoff).await;
 }
 
 fn mark_synced(kind: Kind, state: &KindState, metrics: &CacheMetrics) {

@@ -17,12 +17,33 @@ impl Objects for Namespaces {
         self.set(&name, labels);
     }
 
-    fn remove(&mut self, name: &String) {
+    fn remove(&mut self, name: &String) -> bool {
+        let kept = self.get(name).is_some();
         Namespaces::remove(self, name);
+        kept
     }
 
     fn len(&self) -> usize {
         Namespaces::len(self)
+    }
+
+    fn holds(&self, name: &String, labels: &Option<NamespaceLabels>) -> bool {
+        self.get(name) == labels.as_ref()
+    }
+
+    fn replace(&mut self, listed: Self) -> Vec<String> {
+        let old = std::mem::replace(self, listed);
+        let mut changed: Vec<String> = old
+            .names()
+            .filter(|n| self.get(n).is_none())
+            .map(str::to_string)
+            .collect();
+        changed.extend(
+            self.names()
+                .filter(|n| old.get(n) != self.get(n))
+                .map(str::to_string),
+        );
+        changed
     }
 }
 
@@ -98,7 +119,14 @@ mod tests {
             assert_eq!(mode(&objects, "from-files"), Mode::Off, "not visible yet");
         }
         // Only the labelled ones are kept (and counted).
-        assert_eq!(w.apply(Event::InitDone, &objects), Applied::Listed(2));
+        let Applied::Listed { kept, mut changed } = w.apply(Event::InitDone, &objects) else {
+            panic!("a list")
+        };
+        changed.sort();
+        assert_eq!(
+            (kept, changed),
+            (2, vec!["a".into(), "b".into(), "from-files".into()])
+        );
         let ns = objects.lock().unwrap().clone();
         assert_eq!(ns.len(), 2);
         assert_eq!(ns.mode("a", Mode::Enforce).mode, Mode::Warn);
@@ -116,9 +144,21 @@ mod tests {
                 &mut w,
                 namespace("a", json!({"modelgate.io/mode": "audit"}))
             ),
-            Applied::Changed
+            Applied::Changed("a".into())
         );
         assert_eq!(mode(&objects, "a"), Mode::Audit);
+        // Other labels changed, the two read did not: nothing to publish.
+        assert_eq!(
+            apply(
+                &mut w,
+                namespace("a", json!({"modelgate.io/mode": "audit", "team": "x"}))
+            ),
+            Applied::Unchanged
+        );
+        assert_eq!(
+            apply(&mut w, namespace("plain", json!({"team": "x"}))),
+            Applied::Unchanged
+        );
         apply(&mut w, namespace("a", json!({"modelgate.io/mode": "Off"})));
         let a = objects.lock().unwrap().mode("a", Mode::Off);
         assert_eq!(a.mode, Mode::Enforce, "an unknown value enforces");
@@ -128,7 +168,10 @@ mod tests {
         assert!(objects.lock().unwrap().is_empty());
         apply(&mut w, namespace("b", json!({"modelgate.io/mode": "off"})));
         let deleted = namespace("b", json!({}));
-        assert_eq!(w.apply(Event::Delete(deleted), &objects), Applied::Changed);
+        assert_eq!(
+            w.apply(Event::Delete(deleted), &objects),
+            Applied::Changed("b".into())
+        );
         assert!(objects.lock().unwrap().is_empty());
     }
 
@@ -152,7 +195,13 @@ mod tests {
         assert_eq!(mode(&objects, "partial"), Mode::Enforce);
         // The watcher starts over from Init; only that list counts.
         w.apply(Event::Init, &objects);
-        assert_eq!(w.apply(Event::InitDone, &objects), Applied::Listed(0));
+        assert_eq!(
+            w.apply(Event::InitDone, &objects),
+            Applied::Listed {
+                kept: 0,
+                changed: vec!["kept".into()]
+            }
+        );
         assert!(objects.lock().unwrap().is_empty());
     }
 }

@@ -110,7 +110,7 @@ impl Watched for NamespaceWatched {
         }
     }
 
-    fn changed(&mut self) {
+    fn changed(&mut self, _names: Vec<String>) {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         self.store.publish(current.clone());
     }

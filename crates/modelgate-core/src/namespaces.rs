@@ -124,6 +124,16 @@ impl Namespaces {
         self.by_name.len()
     }
 
+    /// The labels kept for a namespace (none when it carries neither label).
+    pub fn get(&self, name: &str) -> Option<&NamespaceLabels> {
+        self.by_name.get(name)
+    }
+
+    /// The labelled namespaces' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }

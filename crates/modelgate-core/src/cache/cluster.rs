@@ -20,8 +20,8 @@ use super::objects::{
     LocalModelNodeGroupSpec, pvc_state,
 };
 use super::{
-    CacheEntry, CacheIndex, LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup,
-    node_group_terms,
+    CacheEntry, CacheIndex, CacheScope, LocalModelCache, LocalModelNamespaceCache,
+    LocalModelNodeGroup, node_group_terms,
 };
 
 /// The watched kinds.
@@ -143,7 +143,7 @@ impl Converted {
             Converted::Pvc {
                 namespace, name, ..
             } => Some((namespace.clone(), name.clone())),
-            Converted::Node { name, .. } => Some((Arc::from(""), name.clone())),
+            Converted::Node { name, .. } => Some((no_namespace(), name.clone())),
             _ => None,
         }
     }
@@ -153,10 +153,21 @@ impl Converted {
 pub type ObjectKey = (Arc<str>, Arc<str>);
 
 pub fn object_key(obj: &DynamicObject) -> ObjectKey {
+    let namespace = match obj.metadata.namespace.as_deref() {
+        None | Some("") => no_namespace(),
+        Some(ns) => Arc::from(ns),
+    };
     (
-        Arc::from(obj.metadata.namespace.as_deref().unwrap_or_default()),
+        namespace,
         Arc::from(obj.metadata.name.as_deref().unwrap_or_default()),
     )
+}
+
+/// The namespace of a cluster-scoped object's key: one shared empty string rather than an
+/// allocation per Node and cluster cache.
+fn no_namespace() -> Arc<str> {
+    static EMPTY: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| Arc::from("")).clone()
 }
 
 /// `kind ns/name` (or `kind name`) for log lines.
@@ -266,6 +277,45 @@ pub fn build_index<'a>(
     }
     index.merge(static_index);
     index
+}
+
+/// Brings one cluster object's change into an index made by [`build_index`] (the cluster's
+/// objects under the static ones), at the cost of that object alone: `current` is the object as
+/// converted now, `None` once it is gone. An object the static index has stays the static one.
+/// Returns whether the index changed.
+pub fn apply_change(
+    index: &mut CacheIndex,
+    statics: &CacheIndex,
+    kind: Kind,
+    key: &ObjectKey,
+    current: Option<&Converted>,
+) -> bool {
+    let (namespace, name) = (&*key.0, &*key.1);
+    let scope = || match kind {
+        Kind::NamespaceCache => CacheScope::Namespace(namespace.to_string()),
+        _ => CacheScope::Cluster,
+    };
+    let from_files = match kind {
+        Kind::Cache | Kind::NamespaceCache => statics.has_cache(&scope(), name),
+        Kind::NodeGroup => statics.has_node_group(name),
+        Kind::Pvc => statics.has_pvc(namespace, name),
+        Kind::Node => statics.has_node(name),
+    };
+    if from_files {
+        return false;
+    }
+    match current {
+        Some(object) => object.insert_into(index),
+        None => {
+            let _ = match kind {
+                Kind::Cache | Kind::NamespaceCache => index.remove_cache(&scope(), name),
+                Kind::NodeGroup => index.remove_node_group(name),
+                Kind::Pvc => index.remove_pvc(namespace, name),
+                Kind::Node => index.remove_node(name),
+            };
+        }
+    }
+    true
 }
 
 /// Converted objects of one kind, by key.
@@ -466,6 +516,174 @@ mod tests {
         ] {
             let e = convert(kind, dynamic(obj)).unwrap_err();
             assert!(e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
+    fn updates_that_change_nothing_routing_keeps_convert_to_equal_values() {
+        let same = |kind, a: serde_json::Value, b: serde_json::Value| {
+            convert(kind, dynamic(a)).unwrap() == convert(kind, dynamic(b)).unwrap()
+        };
+        // A cache's download progresses: copies, conditions, a node from pending to
+        // downloading; NodeDownloaded stays on n1 alone.
+        let cache = |n2: &str, available: i64, extra: serde_json::Value| {
+            json!({
+                "metadata": {"name": "m", "resourceVersion": available.to_string()},
+                "spec": {"sourceModelUri": "hf://org/m", "nodeGroups": ["g"], "modelSize": "1Gi"},
+                "status": {"nodeStatus": {"n1": "NodeDownloaded", "n2": n2},
+                           "copies": {"available": available, "total": 2}, "conditions": extra}
+            })
+        };
+        assert!(same(
+            Kind::Cache,
+            cache("NodeDownloadPending", 1, json!([])),
+            cache(
+                "NodeDownloading",
+                1,
+                json!([{"type": "Progressing", "status": "True"}])
+            )
+        ));
+        // n2 finished, or failed: a change.
+        for n2 in ["NodeDownloaded", "NodeDownloadError"] {
+            assert!(!same(
+                Kind::Cache,
+                cache("NodeDownloading", 1, json!([])),
+                cache(n2, 1, json!([]))
+            ));
+        }
+        // A Node's status, annotations and resourceVersion (what a metadata watch sees of its
+        // heartbeats); its labels are what counts.
+        let node = |rv: &str, zone: &str| {
+            json!({"metadata": {"name": "n1", "resourceVersion": rv, "labels": {"zone": zone},
+                                "annotations": {"node.alpha.kubernetes.io/ttl": rv}}})
+        };
+        assert!(same(Kind::Node, node("1", "a"), node("2", "a")));
+        assert!(!same(Kind::Node, node("1", "a"), node("2", "b")));
+        // A PVC resized, relabelled; its phase and deletion mark are what counts.
+        let pvc = |size: &str, phase: &str| {
+            json!({"metadata": {"name": "c", "namespace": "a", "labels": {"size": size}},
+                   "spec": {"resources": {"requests": {"storage": size}}},
+                   "status": {"phase": phase, "capacity": {"storage": size}}})
+        };
+        assert!(same(Kind::Pvc, pvc("1Gi", "Bound"), pvc("2Gi", "Bound")));
+        assert!(!same(Kind::Pvc, pvc("1Gi", "Bound"), pvc("1Gi", "Lost")));
+    }
+
+    /// One pseudo-random object of `kind` among a few names, or `None` (deleted).
+    fn random_object(kind: Kind, r: &mut impl FnMut(u64) -> u64) -> (ObjectKey, Option<Converted>) {
+        let name = format!("o{}", r(6));
+        let namespace = format!("ns{}", r(3));
+        let labels = |r: &mut dyn FnMut(u64) -> u64| -> BTreeMap<String, String> {
+            let mut labels = BTreeMap::from([("kubernetes.io/hostname".into(), name.clone())]);
+            for (k, values) in [("node-type", ["gpu", "cpu"]), ("zone", ["a", "b"])] {
+                if r(4) > 0 {
+                    labels.insert(k.into(), values[r(2) as usize].into());
+                }
+            }
+            labels
+        };
+        let key: ObjectKey = match kind {
+            Kind::NamespaceCache | Kind::Pvc => (namespace.as_str().into(), name.as_str().into()),
+            _ => ("".into(), name.as_str().into()),
+        };
+        if r(5) == 0 {
+            return (key, None);
+        }
+        let uri = format!("hf://org/m{}", r(3));
+        let groups: Vec<&str> = ["g0", "g1"].into_iter().filter(|_| r(2) == 0).collect();
+        let downloaded: Vec<String> = (0..r(3)).map(|_| format!("o{}", r(6))).collect();
+        let downloaded: Vec<&str> = downloaded.iter().map(String::as_str).collect();
+        let object = match kind {
+            Kind::Cache => Converted::Cache(Arc::new(
+                CacheEntry::new(CacheScope::Cluster, &name, &uri, &groups)
+                    .downloaded_on(&downloaded),
+            )),
+            Kind::NamespaceCache => Converted::Cache(Arc::new(
+                CacheEntry::new(CacheScope::Namespace(namespace), &name, &uri, &groups)
+                    .downloaded_on(&downloaded),
+            )),
+            Kind::NodeGroup => Converted::NodeGroup {
+                name: format!("g{}", r(2)),
+                terms: (r(3) > 0).then(|| {
+                    vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![
+                            k8s_openapi::api::core::v1::NodeSelectorRequirement {
+                                key: "node-type".into(),
+                                operator: "In".into(),
+                                values: Some(vec![["gpu", "cpu"][r(2) as usize].into()]),
+                            },
+                        ]),
+                        match_fields: None,
+                    }]
+                }),
+            },
+            Kind::Pvc => Converted::Pvc {
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+                state: PvcState {
+                    phase: [crate::cache::PvcPhase::Bound, crate::cache::PvcPhase::Lost]
+                        [r(2) as usize],
+                    deleting: r(4) == 0,
+                },
+            },
+            Kind::Node => Converted::Node {
+                name: key.1.clone(),
+                labels: labels(r),
+            },
+        };
+        // A node group's name is its key.
+        let key = match &object {
+            Converted::NodeGroup { name, .. } => ("".into(), name.as_str().into()),
+            _ => key,
+        };
+        (key, Some(object))
+    }
+
+    #[test]
+    fn changes_applied_one_by_one_give_the_index_a_rebuild_gives() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut r = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        // Files holding some objects of the same names as the cluster's.
+        let mut statics = CacheIndex::new();
+        for kind in Kind::ALL {
+            for _ in 0..2 {
+                if let (_, Some(object)) = random_object(kind, &mut r) {
+                    object.insert_into(&mut statics);
+                }
+            }
+        }
+        let mut objects: [KindObjects; 5] = Default::default();
+        let mut index = build_index(&statics, std::iter::empty());
+        let mut published = Vec::new();
+        for step in 0..3_000 {
+            let kind = Kind::ALL[r(5) as usize];
+            let (key, object) = random_object(kind, &mut r);
+            match object {
+                Some(o) => objects[kind.index()].insert(key.clone(), Arc::new(o)),
+                None => objects[kind.index()].remove(&key),
+            };
+            let current = objects[kind.index()].get(&key).map(|c| &**c);
+            apply_change(&mut index, &statics, kind, &key, current);
+            if step % 100 == 0 {
+                // Snapshots taken along the way must not move as the index goes on changing.
+                published.push((index.clone(), objects.clone()));
+            }
+        }
+        for (snapshot, objects) in published.iter().chain([&(index, objects)]) {
+            let rebuilt = build_index(
+                &statics,
+                objects.iter().flat_map(|o| o.values().map(|c| &**c)),
+            );
+            assert_eq!(snapshot.counts(), rebuilt.counts());
+            assert!(
+                *snapshot == rebuilt,
+                "incremental index differs from a rebuild"
+            );
         }
     }
 

@@ -12,14 +12,18 @@
 //! - node-group membership is kept per group (updated when a Node or a group changes), with a
 //!   label index, so a `nodeSelector` test costs one hash probe per selector pair plus a walk of
 //!   the smallest matching set that stops at the first node that fits;
+//! - every map is persistent ([`PMap`]): a clone (the published snapshot) costs O(1), and an
+//!   upsert or removal copies O(log n) nodes, so a watch event costs in proportion to what it
+//!   changed, not to the size of the cluster;
 //! - the PVC test is two hash probes; the downloaded nodes are the cache's `NodeDownloaded`
 //!   nodes filtered by O(log n) set probes, which is also the size of the answer.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
+use super::pmap::PMap;
 use crate::config::CacheLayout;
 
 /// Which scope a cache comes from.
@@ -40,12 +44,15 @@ pub enum CacheStorage {
     PvcRef(String),
 }
 
-/// A node's entry in `status.nodeStatus` (KServe's `NodeStatus`).
+/// A node's entry in `status.nodeStatus` (KServe's `NodeStatus`), as far as routing and its
+/// messages care. `NodeDownloadPending` and `NodeDownloading` are one state: the download's
+/// progress from one to the other changes nothing routing decides, so a status update that
+/// only moves it converts to an equal value and publishes nothing (SPEC.md §5, "Scale").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeState {
     Downloaded,
+    /// `NodeDownloadPending` or `NodeDownloading`.
     Downloading,
-    DownloadPending,
     DownloadError,
     NotReady,
     /// A value this code does not know, kept for messages.
@@ -56,8 +63,7 @@ impl NodeState {
     pub fn as_str(&self) -> &str {
         match self {
             NodeState::Downloaded => "NodeDownloaded",
-            NodeState::Downloading => "NodeDownloading",
-            NodeState::DownloadPending => "NodeDownloadPending",
+            NodeState::Downloading => "downloading",
             NodeState::DownloadError => "NodeDownloadError",
             NodeState::NotReady => "NodeNotReady",
             NodeState::Other(s) => s,
@@ -69,8 +75,7 @@ impl From<&str> for NodeState {
     fn from(s: &str) -> Self {
         match s {
             "NodeDownloaded" => NodeState::Downloaded,
-            "NodeDownloading" => NodeState::Downloading,
-            "NodeDownloadPending" => NodeState::DownloadPending,
+            "NodeDownloading" | "NodeDownloadPending" => NodeState::Downloading,
             "NodeDownloadError" => NodeState::DownloadError,
             "NodeNotReady" => NodeState::NotReady,
             other => NodeState::Other(other.into()),
@@ -111,11 +116,12 @@ impl CacheStatus {
 
     /// Sets one node's state.
     pub fn set_node(&mut self, node: &str, state: &str) {
-        let entries = self.node_status.iter().map(|(n, s)| (&**n, s.as_str()));
-        let mut all: Vec<(&str, &str)> = entries.filter(|(n, _)| *n != node).collect();
-        all.push((node, state));
-        let ready = self.import_ready;
-        *self = CacheStatus::new(all, ready);
+        let others = self.node_status.iter().filter(|(n, _)| &**n != node);
+        let mut all: Vec<(Box<str>, NodeState)> = others.cloned().collect();
+        all.push((node.into(), NodeState::from(state)));
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        self.node_status = all.into_boxed_slice();
+        self.reported = true;
     }
 
     /// `status.nodeStatus` by node name.
@@ -142,10 +148,11 @@ pub struct CacheEntry {
     pub storage_key: String,
     pub storage: CacheStorage,
     pub status: CacheStatus,
-    /// [`CacheEntry::reference`] and [`CacheEntry::describe`], rendered once when the entry is
-    /// made (a hit writes the one and names the other).
-    reference: String,
-    description: String,
+    /// [`CacheEntry::reference`] then [`CacheEntry::describe`], rendered once when the entry is
+    /// made (a hit writes the one and names the other), in one allocation: there may be
+    /// 100 000 entries.
+    names: Box<str>,
+    reference_len: usize,
 }
 
 impl CacheEntry {
@@ -171,8 +178,8 @@ impl CacheEntry {
             source_model_uri,
             storage,
             status,
-            reference,
-            description,
+            reference_len: reference.len(),
+            names: (reference + &description).into(),
         }
     }
 
@@ -209,12 +216,12 @@ impl CacheEntry {
 
     /// `LocalModelNamespaceCache team-a/m` or `LocalModelCache m`, for messages.
     pub fn describe(&self) -> &str {
-        &self.description
+        &self.names[self.reference_len..]
     }
 
     /// `namespace/<ns>/<name>` or `cluster/<name>`: the `modelgate.io/model-cache` annotation.
     pub fn reference(&self) -> &str {
-        &self.reference
+        &self.names[..self.reference_len]
     }
 
     pub fn node_groups(&self) -> &[String] {
@@ -456,25 +463,26 @@ pub fn storage_key(source_model_uri: &str) -> String {
 }
 
 /// Caches of one scope (one namespace, or the cluster).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct Scope {
-    /// trimmed source URI → caches with that URI, sorted by name (nearly always one: a vector,
-    /// since a map per URI would cost more than the entry at 100 000 caches).
-    by_uri: HashMap<Box<str>, Vec<Arc<CacheEntry>>>,
+    /// trimmed source URI → caches with that URI, sorted by name (nearly always one: a shared
+    /// slice, since a map per URI would cost more than the entry at 100 000 caches, and a
+    /// slice is cloned by reference when a change copies the trie node it sits in).
+    by_uri: PMap<Arc<str>, Arc<[Arc<CacheEntry>]>>,
     /// name → entry, to find the old entry on update and delete.
-    by_name: HashMap<String, Arc<CacheEntry>>,
+    by_name: PMap<Arc<str>, Arc<CacheEntry>>,
 }
 
 impl Scope {
     fn upsert(&mut self, entry: Arc<CacheEntry>) {
         self.remove(&entry.name);
-        self.by_name.insert(entry.name.clone(), entry.clone());
-        let set = self
-            .by_uri
-            .entry(trim_uri(&entry.source_model_uri).into())
-            .or_default();
+        self.by_name
+            .insert(entry.name.as_str().into(), entry.clone());
+        let uri = trim_uri(&entry.source_model_uri);
+        let mut set = self.by_uri.get(uri).map(|s| s.to_vec()).unwrap_or_default();
         let at = set.partition_point(|e| e.name < entry.name);
-        set.insert(at, entry);
+        set.insert(at, entry.clone());
+        self.by_uri.insert(uri.into(), set.into());
     }
 
     fn remove(&mut self, name: &str) -> bool {
@@ -482,10 +490,12 @@ impl Scope {
             return false;
         };
         let key = trim_uri(&old.source_model_uri);
-        if let Some(set) = self.by_uri.get_mut(key) {
-            set.retain(|e| e.name != name);
-            if set.is_empty() {
+        if let Some(set) = self.by_uri.get(key) {
+            let rest: Vec<_> = set.iter().filter(|e| e.name != name).cloned().collect();
+            if rest.is_empty() {
                 self.by_uri.remove(key);
+            } else {
+                self.by_uri.insert(key.into(), rest.into());
             }
         }
         true
@@ -515,14 +525,17 @@ fn prefixes_longest_first(uri: &str) -> impl Iterator<Item = &str> {
 
 type Labels = BTreeMap<String, String>;
 
+/// A set of node names.
+type NodeSet = PMap<Arc<str>, ()>;
+
 /// A node group: its PV's required node terms and the known Nodes they admit.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct NodeGroup {
     /// `None`: the PV has no required node affinity, so every node is admitted.
     terms: Option<Arc<[NodeSelectorTerm]>>,
-    members: BTreeSet<Arc<str>>,
+    members: NodeSet,
     /// label key → value → members with that label.
-    by_label: HashMap<String, HashMap<String, BTreeSet<Arc<str>>>>,
+    by_label: PMap<Arc<str>, PMap<Arc<str>, NodeSet>>,
 }
 
 impl NodeGroup {
@@ -534,43 +547,41 @@ impl NodeGroup {
     }
 
     fn add(&mut self, name: &Arc<str>, labels: &Labels) {
-        self.members.insert(name.clone());
+        self.members.insert(name.clone(), ());
         for (k, v) in labels {
             self.by_label
-                .entry(k.clone())
-                .or_default()
-                .entry(v.clone())
-                .or_default()
-                .insert(name.clone());
+                .get_or_insert_with(k.as_str().into(), PMap::new)
+                .get_or_insert_with(v.as_str().into(), PMap::new)
+                .insert(name.clone(), ());
         }
     }
 
     fn remove(&mut self, name: &str, labels: &Labels) {
-        if !self.members.remove(name) {
+        if self.members.remove(name).is_none() {
             return;
         }
         for (k, v) in labels {
-            let Some(values) = self.by_label.get_mut(k) else {
+            let Some(values) = self.by_label.get_mut(k.as_str()) else {
                 continue;
             };
-            if let Some(set) = values.get_mut(v) {
+            if let Some(set) = values.get_mut(v.as_str()) {
                 set.remove(name);
                 if set.is_empty() {
-                    values.remove(v);
+                    values.remove(v.as_str());
                 }
             }
             if values.is_empty() {
-                self.by_label.remove(k);
+                self.by_label.remove(k.as_str());
             }
         }
     }
 
     /// Some member satisfies `selector` (every pair present with that value).
-    fn fits_selector(&self, selector: Selector, nodes: &HashMap<Arc<str>, Labels>) -> bool {
+    fn fits_selector(&self, selector: Selector, nodes: &PMap<Arc<str>, Arc<Labels>>) -> bool {
         if selector.is_empty() {
             return !self.members.is_empty();
         }
-        let mut smallest: Option<&BTreeSet<Arc<str>>> = None;
+        let mut smallest: Option<&NodeSet> = None;
         for (k, v) in selector {
             match self.by_label.get(*k).and_then(|values| values.get(*v)) {
                 None => return false,
@@ -584,7 +595,7 @@ impl NodeGroup {
         if selector.len() == 1 {
             return true;
         }
-        candidates.iter().any(|n| {
+        candidates.keys().any(|n| {
             nodes
                 .get(n)
                 .is_some_and(|labels| selector_matches(selector, labels))
@@ -646,15 +657,19 @@ pub struct Counts {
     pub nodes: usize,
 }
 
-/// The cluster state, by scope and kind.
-#[derive(Clone, Debug, Default)]
+/// The cluster state, by scope and kind. Cloning it is O(1) (every map is persistent); the clone
+/// and the original then change independently.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CacheIndex {
-    namespaces: HashMap<String, Scope>,
+    namespaces: PMap<Arc<str>, Scope>,
     cluster: Scope,
-    node_groups: HashMap<String, NodeGroup>,
-    nodes: HashMap<Arc<str>, Labels>,
+    node_groups: PMap<Arc<str>, NodeGroup>,
+    nodes: PMap<Arc<str>, Arc<Labels>>,
     /// namespace → claim name → state. Shared strings: the watch keeps the same ones.
-    pvcs: HashMap<Arc<str>, HashMap<Arc<str>, PvcState>>,
+    pvcs: PMap<Arc<str>, PMap<Arc<str>, PvcState>>,
+    /// Kept as the maps change, so that counting is O(1) however many namespaces there are.
+    namespace_caches: usize,
+    pvc_count: usize,
 }
 
 impl CacheIndex {
@@ -663,69 +678,115 @@ impl CacheIndex {
     }
 
     /// Adds or replaces a cache (by scope and name). An `Arc` is shared, not copied: the watch
-    /// keeps its converted objects and every rebuilt index points at the same entries.
+    /// keeps its converted objects and the index points at the same entries.
     pub fn upsert_cache(&mut self, entry: impl Into<Arc<CacheEntry>>) {
         let entry = entry.into();
         match &entry.scope {
             CacheScope::Cluster => self.cluster.upsert(entry),
             CacheScope::Namespace(ns) => {
-                self.namespaces.entry(ns.clone()).or_default().upsert(entry)
+                let scope = self
+                    .namespaces
+                    .get_or_insert_with(ns.as_str().into(), Scope::default);
+                let before = scope.len();
+                scope.upsert(entry);
+                self.namespace_caches += scope.len() - before;
             }
         }
     }
 
-    /// The sources rebuild whole indices rather than remove; tests remove to state a case.
-    #[cfg(test)]
-    pub(crate) fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
+    /// Takes a cache out; whether it was there.
+    pub fn remove_cache(&mut self, scope: &CacheScope, name: &str) -> bool {
         match scope {
             CacheScope::Cluster => self.cluster.remove(name),
             CacheScope::Namespace(ns) => {
-                let Some(s) = self.namespaces.get_mut(ns) else {
+                if !self.has_cache(scope, name) {
+                    return false;
+                }
+                let Some(s) = self.namespaces.get_mut(ns.as_str()) else {
                     return false;
                 };
                 let removed = s.remove(name);
                 if s.len() == 0 {
-                    self.namespaces.remove(ns);
+                    self.namespaces.remove(ns.as_str());
                 }
+                self.namespace_caches -= usize::from(removed);
                 removed
             }
         }
     }
 
-    /// Adds or replaces a node group; its members are found among the known Nodes.
+    /// Whether a cache of that scope and name is in the index.
+    pub fn has_cache(&self, scope: &CacheScope, name: &str) -> bool {
+        match scope {
+            CacheScope::Cluster => self.cluster.by_name.contains_key(name),
+            CacheScope::Namespace(ns) => self
+                .namespaces
+                .get(ns.as_str())
+                .is_some_and(|s| s.by_name.contains_key(name)),
+        }
+    }
+
+    /// Adds or replaces a node group; its members are found among the known Nodes (a walk of
+    /// the Nodes: a group's change can change all of its membership).
     pub fn upsert_node_group(&mut self, name: &str, required_terms: Option<Vec<NodeSelectorTerm>>) {
         let mut group = NodeGroup {
             terms: required_terms.map(Arc::from),
             ..NodeGroup::default()
         };
-        for (node, labels) in &self.nodes {
+        for (node, labels) in self.nodes.iter() {
             if group.admits(node, labels) {
                 group.add(node, labels);
             }
         }
-        self.node_groups.insert(name.to_string(), group);
+        self.node_groups.insert(name.into(), group);
+    }
+
+    pub fn remove_node_group(&mut self, name: &str) -> bool {
+        self.node_groups.remove(name).is_some()
+    }
+
+    pub fn has_node_group(&self, name: &str) -> bool {
+        self.node_groups.contains_key(name)
     }
 
     /// Adds or replaces a Node (name and labels).
     pub fn upsert_node(&mut self, name: impl Into<Arc<str>>, labels: Labels) {
         let name: Arc<str> = name.into();
         self.remove_node(&name);
-        for group in self.node_groups.values_mut() {
-            if group.admits(&name, &labels) {
+        let names: Vec<Arc<str>> = self.node_groups.keys().cloned().collect();
+        for group_name in names {
+            // Only the groups that admit the Node are written (and so copied).
+            let admits = self
+                .node_groups
+                .get(&group_name)
+                .is_some_and(|g| g.admits(&name, &labels));
+            if admits && let Some(group) = self.node_groups.get_mut(&group_name) {
                 group.add(&name, &labels);
             }
         }
-        self.nodes.insert(name, labels);
+        self.nodes.insert(name, Arc::new(labels));
     }
 
-    pub(crate) fn remove_node(&mut self, name: &str) -> bool {
+    pub fn remove_node(&mut self, name: &str) -> bool {
         let Some(labels) = self.nodes.remove(name) else {
             return false;
         };
-        for group in self.node_groups.values_mut() {
-            group.remove(name, &labels);
+        let names: Vec<Arc<str>> = self.node_groups.keys().cloned().collect();
+        for group_name in names {
+            // Only the groups the Node was in are written (and so copied).
+            let member = self
+                .node_groups
+                .get(&group_name)
+                .is_some_and(|g| g.members.contains_key(name));
+            if member && let Some(group) = self.node_groups.get_mut(&group_name) {
+                group.remove(name, &labels);
+            }
         }
         true
+    }
+
+    pub fn has_node(&self, name: &str) -> bool {
+        self.nodes.contains_key(name)
     }
 
     pub fn upsert_pvc(
@@ -734,14 +795,16 @@ impl CacheIndex {
         name: impl Into<Arc<str>>,
         state: PvcState,
     ) {
-        self.pvcs
-            .entry(namespace.into())
-            .or_default()
-            .insert(name.into(), state);
+        let claims = self.pvcs.get_or_insert_with(namespace.into(), PMap::new);
+        if claims.insert(name.into(), state).is_none() {
+            self.pvc_count += 1;
+        }
     }
 
-    #[cfg(test)]
-    pub(crate) fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
+    pub fn remove_pvc(&mut self, namespace: &str, name: &str) -> bool {
+        if !self.has_pvc(namespace, name) {
+            return false;
+        }
         let Some(claims) = self.pvcs.get_mut(namespace) else {
             return false;
         };
@@ -749,7 +812,14 @@ impl CacheIndex {
         if claims.is_empty() {
             self.pvcs.remove(namespace);
         }
+        self.pvc_count -= usize::from(removed);
         removed
+    }
+
+    pub fn has_pvc(&self, namespace: &str, name: &str) -> bool {
+        self.pvcs
+            .get(namespace)
+            .is_some_and(|c| c.contains_key(name))
     }
 
     /// Adds every object of `other`, replacing those of the same kind, scope and name.
@@ -758,14 +828,14 @@ impl CacheIndex {
         for entry in scopes.flat_map(Scope::entries) {
             self.upsert_cache(entry.clone());
         }
-        for (name, labels) in &other.nodes {
-            self.upsert_node(name.clone(), labels.clone());
+        for (name, labels) in other.nodes.iter() {
+            self.upsert_node(name.clone(), (**labels).clone());
         }
-        for (name, group) in &other.node_groups {
+        for (name, group) in other.node_groups.iter() {
             self.upsert_node_group(name, group.terms.as_deref().map(<[_]>::to_vec));
         }
-        for (ns, claims) in &other.pvcs {
-            for (name, state) in claims {
+        for (ns, claims) in other.pvcs.iter() {
+            for (name, state) in claims.iter() {
                 self.upsert_pvc(ns.clone(), name.clone(), *state);
             }
         }
@@ -773,10 +843,10 @@ impl CacheIndex {
 
     pub fn counts(&self) -> Counts {
         Counts {
-            namespace_caches: self.namespaces.values().map(Scope::len).sum(),
+            namespace_caches: self.namespace_caches,
             cluster_caches: self.cluster.len(),
             node_groups: self.node_groups.len(),
-            pvcs: self.pvcs.values().map(HashMap::len).sum(),
+            pvcs: self.pvc_count,
             nodes: self.nodes.len(),
         }
     }
@@ -839,7 +909,7 @@ impl CacheIndex {
                     .status
                     .nodes()
                     .filter(|(_, state)| **state == NodeState::Downloaded)
-                    .filter(|(node, _)| group.members.contains(*node))
+                    .filter(|(node, _)| group.members.contains_key(*node))
                     .filter_map(|(node, _)| self.nodes.get(node))
                     .filter(|labels| selector_matches(selector, labels))
                     .filter_map(|labels| labels.get(HOSTNAME_LABEL))
@@ -940,9 +1010,17 @@ impl CacheIndex {
                 format!("{node} {}", state.as_str())
             } else if !self.nodes.contains_key(node) {
                 format!("{node} NodeDownloaded but Node {node} does not exist")
-            } else if !self.node_groups[group].members.contains(node) {
+            } else if !self
+                .node_groups
+                .get(group)
+                .is_some_and(|g| g.members.contains_key(node))
+            {
                 format!("{node} NodeDownloaded but not in node group {group}")
-            } else if !selector_matches(selector, &self.nodes[node]) {
+            } else if !self
+                .nodes
+                .get(node)
+                .is_some_and(|l| selector_matches(selector, l))
+            {
                 format!("{node} NodeDownloaded but outside the pod's nodeSelector")
             } else {
                 format!("{node} NodeDownloaded but has no {HOSTNAME_LABEL} label to pin the pod to")

@@ -9,6 +9,7 @@
 pub mod cluster;
 pub(crate) mod index;
 pub(crate) mod objects;
+pub(crate) mod pmap;
 
 pub use cluster::Kind;
 pub use index::{

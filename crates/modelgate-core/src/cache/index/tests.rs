@@ -445,7 +445,7 @@ fn downloaded_means_node_downloaded_on_a_known_node_of_the_group() {
     assert_eq!(m.reason, MissReason::NotDownloaded);
     let why = m.missing.unwrap();
     for part in [
-        "g1 NodeDownloading",
+        "g1 downloading",
         "c1 NodeDownloaded but not in node group gpu",
         "gone NodeDownloaded but Node gone does not exist",
     ] {

@@ -83,6 +83,21 @@ func (h *harness) startWithCerts(name string, extra ...string) (*server, *certDi
 	return s, certs, err
 }
 
+// startTarget starts a server with certificates of its own and points the API server's client
+// at its /mutate; when the client cannot be built, the server is stopped again.
+func (h *harness) startTarget(name string) (*server, *certDir, *target, error) {
+	s, certs, err := h.startWithCerts(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t, err := h.target(s.url("/mutate"))
+	if err != nil {
+		s.kill()
+		return nil, nil, nil, err
+	}
+	return s, certs, t, nil
+}
+
 func (h *harness) target(url string) (*target, error) {
 	return newTarget(url, h.ca.certPEM, h.review)
 }

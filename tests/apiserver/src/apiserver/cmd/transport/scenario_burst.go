@@ -15,17 +15,12 @@ import (
 func burst200(h *harness) *result {
 	const calls = 200
 	r := &result{}
-	s, _, err := h.startWithCerts("burst")
+	s, _, t, err := h.startTarget("burst")
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer s.kill()
-	t, err := h.target(s.url("/mutate"))
-	if err != nil {
-		r.err = err
-		return r
-	}
 	before, _ := s.memory()
 	sampler := sampleRSS(s, 5*time.Millisecond)
 	tally := newTally()
@@ -64,17 +59,12 @@ func connectionCap(h *harness) *result {
 		r.err = fmt.Errorf("--max-connections default %d: more than this scenario holds (%d)", max, maxHeld)
 		return r
 	}
-	s, _, err := h.startWithCerts("cap")
+	s, _, t, err := h.startTarget("cap")
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer s.kill()
-	t, err := h.target(s.url("/mutate"))
-	if err != nil {
-		r.err = err
-		return r
-	}
 	before, _ := s.memory()
 	tally := newTally()
 

@@ -7,17 +7,12 @@ import "time"
 func idle95s(h *harness) *result {
 	const calls = 40 // 25 stay in the pool, 15 are closed by the client at once
 	r := &result{}
-	s, _, err := h.startWithCerts("idle-95s")
+	s, _, t, err := h.startTarget("idle-95s")
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer s.kill()
-	t, err := h.target(s.url("/mutate"))
-	if err != nil {
-		r.err = err
-		return r
-	}
 	tally := newTally()
 	c := t.client()
 	burst(t, c, calls, tally)

@@ -78,17 +78,12 @@ func idleLayers(maxConnections int) int {
 func idleBoundary(h *harness) *result {
 	r := &result{}
 	clientIdle := webhookclient.IdleConnTimeout
-	s, _, err := h.startWithCerts("idle-boundary")
+	s, _, t, err := h.startTarget("idle-boundary")
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer s.kill()
-	t, err := h.target(s.url("/mutate"))
-	if err != nil {
-		r.err = err
-		return r
-	}
 
 	// The probe starts 2 s before the lanes, so that its answer is there when they need it:
 	// a close it sees comes 2 s before theirs; no close by 90 s + 2 s means none before the

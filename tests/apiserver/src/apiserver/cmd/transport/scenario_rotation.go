@@ -20,17 +20,12 @@ func certRotation(h *harness) *result {
 		maxLag    = 5 * time.Second
 	)
 	r := &result{}
-	s, certs, err := h.startWithCerts("rotation")
+	s, certs, t, err := h.startTarget("rotation")
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer s.kill()
-	t, err := h.target(s.url("/mutate"))
-	if err != nil {
-		r.err = err
-		return r
-	}
 
 	tally := newTally()
 	ctx, stop := context.WithCancel(context.Background())

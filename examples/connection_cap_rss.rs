@@ -312,38 +312,9 @@ async fn open(scenario: &str, addr: SocketAddr, ca: &Path, body: &Bytes) -> anyh
     }
 }
 
-// Raw HTTP/2 (RFC 9113 §4, §6; HPACK literals of RFC 7541 §6.2), as tests/hostile_clients.rs
-// writes them.
-fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-}
-
-fn hpack_integer(out: &mut Vec<u8>, prefix_bits: u32, flags: u8, mut value: usize) {
-    let max = (1usize << prefix_bits) - 1;
-    if value < max {
-        out.push(flags | value as u8);
-        return;
-    }
-    out.push(flags | max as u8);
-    value -= max;
-    while value >= 128 {
-        out.push((value % 128) as u8 | 0x80);
-        value /= 128;
-    }
-    out.push(value as u8);
-}
-
-fn hpack_literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.push(0);
-    hpack_integer(out, 7, 0, name.len());
-    out.extend_from_slice(name);
-    hpack_integer(out, 7, 0, value.len());
-    out.extend_from_slice(value);
-}
+// Raw HTTP/2, written as tests/hostile_clients.rs writes it.
+#[path = "../tests/support/h2_frames.rs"]
+mod frame;
 
 const STREAMS: u32 = 16;
 const DATA_PER_STREAM: usize = 16 * 1024;
@@ -352,8 +323,7 @@ const DATA_PER_STREAM: usize = 16 * 1024;
 async fn h2_full(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> anyhow::Result<Held> {
     let stream = tls(addr, config).await?;
     let (mut reader, mut writer) = tokio::io::split(stream);
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    frame(&mut out, 0x4, 0, 0, &[]);
+    let mut out = frame::preface(&[]);
     writer.write_all(&out).await?;
     // The bodies below fill the connection window the server opens (256 KiB) with its first
     // WINDOW_UPDATE: read its frames up to that one (acknowledging its SETTINGS), then only
@@ -366,13 +336,13 @@ async fn h2_full(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> anyhow:
         let mut payload = vec![0u8; len];
         reader.read_exact(&mut payload).await?;
         let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        match (head[3], head[4] & 0x1, stream_id) {
-            (0x4, 0, 0) => {
+        match (head[3], head[4] & frame::ACK, stream_id) {
+            (frame::SETTINGS, 0, 0) => {
                 let mut ack = Vec::new();
-                frame(&mut ack, 0x4, 0x1, 0, &[]);
+                frame::frame(&mut ack, frame::SETTINGS, frame::ACK, 0, &[]);
                 writer.write_all(&ack).await?;
             }
-            (0x8, _, 0) => window_opened = true,
+            (frame::WINDOW_UPDATE, _, 0) => window_opened = true,
             _ => {}
         }
     }
@@ -387,17 +357,17 @@ async fn h2_full(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> anyhow:
     });
     out.clear();
     let mut block = vec![0x83, 0x87]; // :method POST, :scheme https
-    hpack_literal(&mut block, b":path", b"/mutate?timeout=30s");
-    hpack_literal(&mut block, b":authority", b"localhost");
-    hpack_literal(&mut block, b"content-type", b"application/json");
-    hpack_literal(&mut block, b"content-length", b"1048576");
+    frame::literal(&mut block, b":path", b"/mutate?timeout=30s");
+    frame::literal(&mut block, b":authority", b"localhost");
+    frame::literal(&mut block, b"content-type", b"application/json");
+    frame::literal(&mut block, b"content-length", b"1048576");
     // Decoded size (RFC 7541 §4.1: name + value + 32 each) just under 8 KiB.
-    hpack_literal(&mut block, b"x-pad", &vec![b'a'; 7700]);
+    frame::literal(&mut block, b"x-pad", &vec![b'a'; 7700]);
     let data = vec![b' '; DATA_PER_STREAM];
     for i in 0..STREAMS {
         let id = 1 + 2 * i;
-        frame(&mut out, 0x1, 0x4, id, &block);
-        frame(&mut out, 0x0, 0, id, &data);
+        frame::frame(&mut out, frame::HEADERS, frame::END_HEADERS, id, &block);
+        frame::frame(&mut out, frame::DATA, 0, id, &data);
     }
     writer.write_all(&out).await?;
     Ok(Box::new((writer, reading)))

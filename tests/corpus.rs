@@ -832,11 +832,7 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
     let Some(corpus) = corpus_dir() else { return };
     let cfg = config();
     let index = CacheIndex::new();
-    let ctx = Context {
-        config: &cfg,
-        caches: Caches::Ready(&index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-    };
+    let ctx = testing::context(&cfg, &index);
     let table = expectations();
     let mut used = vec![false; table.len()];
     let mut per_file: BTreeMap<String, usize> = BTreeMap::new();
@@ -951,11 +947,7 @@ fn corpus_controllers_are_judged_as_their_pods_will_be() {
     let Some(corpus) = corpus_dir() else { return };
     let cfg = config();
     let index = CacheIndex::new();
-    let ctx = Context {
-        config: &cfg,
-        caches: Caches::Ready(&index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-    };
+    let ctx = testing::context(&cfg, &index);
     let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/deployment.yaml");
     let own_text = std::fs::read_to_string(&own).unwrap();
     let own_docs = read_documents("manifests/base/deployment.yaml", &own_text).unwrap();
@@ -1137,11 +1129,7 @@ fn gatekeeper_update_reviews_with_a_uid_are_allowed_untouched_in_v1beta1() {
     let Some(corpus) = corpus_dir() else { return };
     let cfg = config();
     let index = CacheIndex::new();
-    let ctx = Context {
-        config: &cfg,
-        caches: Caches::Ready(&index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-    };
+    let ctx = testing::context(&cfg, &index);
     for rel in [
         "gatekeeper/fsgroup/update.yaml",
         "gatekeeper/validation/update_admissionreview.yaml",

@@ -140,14 +140,10 @@ mod tests {
             (meta.to_string(), spec.to_string())
         };
         assert_eq!(paths(WorkloadKind::Pod), ("metadata".into(), "spec".into()));
-        for k in [
-            WorkloadKind::Job,
-            WorkloadKind::Deployment,
-            WorkloadKind::StatefulSet,
-            WorkloadKind::DaemonSet,
-            WorkloadKind::ReplicaSet,
-            WorkloadKind::ReplicationController,
-        ] {
+        for k in WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, WorkloadKind::Pod | WorkloadKind::CronJob))
+        {
             assert_eq!(
                 paths(k),
                 ("spec.template.metadata".into(), "spec.template.spec".into())

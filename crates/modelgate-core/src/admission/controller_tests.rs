@@ -12,14 +12,10 @@ use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::namespaces::{MODE_LABEL, NamespaceLabels};
 use crate::testing;
 
-const CONTROLLERS: [WorkloadKind; 6] = [
-    WorkloadKind::Deployment,
-    WorkloadKind::StatefulSet,
-    WorkloadKind::DaemonSet,
-    WorkloadKind::ReplicaSet,
-    WorkloadKind::ReplicationController,
-    WorkloadKind::CronJob,
-];
+/// The workload controllers of SPEC.md §11.
+fn controllers() -> impl Iterator<Item = WorkloadKind> {
+    WorkloadKind::ALL.into_iter().filter(|k| k.is_controller())
+}
 
 /// An object of `kind` whose pods get `pod_spec` (and `pod_annotations`).
 fn controller(kind: WorkloadKind, pod_spec: Value, pod_annotations: Value) -> Value {
@@ -108,7 +104,7 @@ fn run_as_user_path(kind: WorkloadKind) -> String {
 #[test]
 fn a_template_whose_pods_would_be_denied_is_denied_with_its_own_path_and_never_patched() {
     let index = CacheIndex::new();
-    for kind in CONTROLLERS {
+    for kind in controllers() {
         let object = controller(kind, root_uid(), json!({}));
         let validated = call(
             Webhook::Validate,
@@ -146,7 +142,7 @@ fn a_template_the_mutation_would_fix_is_allowed_as_its_pods_will_be() {
     let spec = json!({"containers": [
         {"name": "server", "image": "vllm", "securityContext": {"runAsNonRoot": false}}
     ]});
-    for kind in CONTROLLERS {
+    for kind in controllers() {
         let object = controller(kind, spec.clone(), json!({}));
         let a = call(
             Webhook::Validate,
@@ -161,7 +157,7 @@ fn a_template_the_mutation_would_fix_is_allowed_as_its_pods_will_be() {
 #[test]
 fn an_update_that_leaves_the_template_as_it_was_is_not_judged() {
     let index = CacheIndex::new();
-    for kind in CONTROLLERS {
+    for kind in controllers() {
         // A template that would be denied today (say, admitted before modelgate was installed).
         let old = controller(kind, root_uid(), json!({}));
         let mut scaled = old.clone();
@@ -284,7 +280,7 @@ fn caches() -> CacheIndex {
 fn a_template_whose_pods_would_miss_a_matching_cache_gets_one_warning() {
     let index = caches();
     let model = json!({"modelgate.io/model-uri": "hf://org/m"});
-    for kind in CONTROLLERS {
+    for kind in controllers() {
         // team-a has no PVC for the cache: the pods would download the model.
         let object = controller(kind, plain(), model.clone());
         let a = call(
@@ -358,5 +354,33 @@ fn an_object_that_is_not_its_kind_is_denied_with_the_field_named() {
         a.message.contains("spec.template.spec: is missing"),
         "{}",
         a.message
+    );
+}
+
+#[test]
+fn a_template_reviewed_before_the_caches_are_synced_is_warned_once() {
+    let index = caches();
+    let cfg = PolicyConfig::default();
+    let namespaces = namespaces();
+    let ctx = Context {
+        caches: Caches::NotSynced(&index),
+        namespaces: &namespaces,
+        ..testing::context(&cfg, &index)
+    };
+    let kind = WorkloadKind::Deployment;
+    let object = controller(
+        kind,
+        plain(),
+        json!({"modelgate.io/model-uri": "hf://org/m"}),
+    );
+    let a = testing::review(
+        Webhook::Validate,
+        &review(kind, "CREATE", "team-b", &object, None),
+        &ctx,
+    );
+    assert!(a.allowed, "{}", a.message);
+    assert_eq!(
+        a.warnings,
+        ["model caches are not synced yet: model cache lookup treated as a miss (not-synced)"]
     );
 }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-use crate::cache::{MissReason, Resolved};
+use crate::cache::Resolved;
 use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
 use crate::policy::view::{
@@ -263,7 +263,7 @@ fn decide_object(
                         return judge(Webhook::Validate, false, &workload, ctx);
                     };
                     let mutation = judge(Webhook::Mutate, false, &workload, ctx)?;
-                    template_warnings = model_cache_warnings(&mutation);
+                    template_warnings.extend(mutation.miss_warning.clone());
                     validate_mutated(kind, object, mutation, false, &workload, ctx)
                 }
                 // Nothing was patched in these modes, so the validator judges the object as
@@ -304,31 +304,6 @@ fn template_changed(kind: WorkloadKind, object: Option<&RawValue>, old: Option<&
         (Some(new), Some(old)) => new != old,
         _ => true,
     }
-}
-
-/// The model cache warnings of a template's in-memory mutation: a cache matched but the pods
-/// would miss it (with the reason and what is missing), or the caches are not synced; a hit or a
-/// plain miss says nothing, since nothing is wrong.
-fn model_cache_warnings(mutation: &Mutation) -> Vec<String> {
-    let matched_but_missed = mutation
-        .changes
-        .iter()
-        .filter(|c| c.rule == Rule::ModelCache && c.is_miss())
-        .filter_map(|c| c.applied_warning.clone());
-    // A template that already carries the miss annotations changes nothing: its warning is
-    // among the notes, reason first.
-    let noted = mutation
-        .notes
-        .iter()
-        .filter(|n| {
-            n.contains("(not-synced)")
-                || MissReason::ALL.iter().any(|r| {
-                    n.strip_prefix(r.as_str())
-                        .is_some_and(|rest| rest.starts_with(": "))
-                })
-        })
-        .cloned();
-    matched_but_missed.chain(noted).collect()
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.

@@ -223,6 +223,10 @@ pub(crate) struct Mutation {
     pub notes: Vec<String>,
     /// How the model URI was resolved, when the pod names one.
     pub model_cache: Option<Resolved>,
+    /// A miss the user should hear about before the pods run (a cache matched but a check
+    /// failed, with what is missing; or the caches are not synced): what a controller's
+    /// template is warned of (SPEC.md §11). Its text is also among the changes' or the notes.
+    pub miss_warning: Option<String>,
 }
 
 impl Mutation {
@@ -298,6 +302,12 @@ pub(crate) fn mutate_create(
     let resolved = model_cache::apply(w, cfg, caches, &mut m.patch, &mut m.notes);
     if let Some((change, lookup)) = resolved {
         m.model_cache = Some(lookup);
+        if change.is_miss() {
+            m.miss_warning = change.applied_warning.clone().or_else(|| {
+                (lookup == Resolved::Miss(MissReason::NotSynced))
+                    .then(|| model_cache::NOT_SYNCED_WARNING.to_string())
+            });
+        }
         if m.patch.len() > before {
             m.changes.push(change);
         } else if let Some(warning) = change.applied_warning {

@@ -33,6 +33,10 @@ pub const KSERVE_MANAGED_LABELS: [&str; 2] = [
     "internal.serving.kserve.io/localmodel",
 ];
 
+/// What a pod is told when the cluster state has not been listed yet.
+pub(crate) const NOT_SYNCED_WARNING: &str =
+    "model caches are not synced yet: model cache lookup treated as a miss (not-synced)";
+
 /// Where the caches come from for this request.
 #[derive(Clone, Copy)]
 pub enum Caches<'a> {
@@ -69,10 +73,7 @@ pub(crate) fn apply(
     } else if KSERVE_MANAGED_LABELS.iter().any(|l| w.has_label(l)) {
         Some(MissReason::KserveManaged)
     } else if matches!(caches, Caches::NotSynced(_)) {
-        warnings.push(
-            "model caches are not synced yet: model cache lookup treated as a miss (not-synced)"
-                .into(),
-        );
+        warnings.push(NOT_SYNCED_WARNING.into());
         Some(MissReason::NotSynced)
     } else {
         None

@@ -477,3 +477,446 @@ async fn cluster_namespaces_by_metadata_with_caches_files_in_their_place() {
         "{notes}"
     );
 }
+
+// --- Policy reports (-o openreports, -o policyreport) ------------------------------------------
+
+/// The documents of a YAML stream on stdout.
+fn documents(run: &Run) -> Vec<Value> {
+    modelgate::documents::read_documents("stdout", &run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+/// The report of `kind` `namespace/name` among `reports`.
+fn report_of<'a>(reports: &'a [Value], kind: &str, namespace: &str, name: &str) -> &'a Value {
+    reports
+        .iter()
+        .find(|r| {
+            r["scope"]["kind"] == kind
+                && r["scope"]["namespace"] == namespace
+                && r["scope"]["name"] == name
+        })
+        .unwrap_or_else(|| panic!("no report for {kind} {namespace}/{name}: {reports:#?}"))
+}
+
+fn rule_result<'a>(report: &'a Value, rule: &str) -> &'a Value {
+    let results = report["results"].as_array().expect("results");
+    let found: Vec<&Value> = results.iter().filter(|r| r["rule"] == rule).collect();
+    assert_eq!(found.len(), 1, "one result for {rule}: {report:#}");
+    found[0]
+}
+
+/// The pinned CRD's schema (tests/assets/crds) of `version`.
+fn crd_schema(file: &str, version: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/assets/crds")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let crd = modelgate::documents::read_documents(file, &text).unwrap()[0]
+        .value
+        .clone();
+    crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == version)
+        .unwrap_or_else(|| panic!("{file}: no version {version}"))["schema"]["openAPIV3Schema"]
+        .clone()
+}
+
+/// `value` against a structural schema, strictly: `type`, `enum`, `required`, `format: int32`,
+/// and no field the schema does not know (the API server would silently drop it).
+fn schema_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
+    let ty = schema["type"].as_str().unwrap_or("");
+    let ok = match ty {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "boolean" => value.is_boolean(),
+        _ => true,
+    };
+    if !ok {
+        errors.push(format!("{path}: {value} is not {ty}"));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{path}: {value} not in {allowed:?}"));
+    }
+    if schema["format"] == "int32" && value.as_i64().and_then(|n| i32::try_from(n).ok()).is_none() {
+        errors.push(format!("{path}: {value} is not an int32"));
+    }
+    match value {
+        Value::Object(map) => {
+            for required in schema["required"].as_array().into_iter().flatten() {
+                if !map.contains_key(required.as_str().unwrap()) {
+                    errors.push(format!("{path}: {required} is required"));
+                }
+            }
+            // `metadata` is checked by the API server itself, not by the CRD's schema.
+            if path == "metadata" {
+                return;
+            }
+            for (key, v) in map {
+                let sub = if schema["properties"][key].is_object() {
+                    &schema["properties"][key]
+                } else if schema["additionalProperties"].is_object() {
+                    &schema["additionalProperties"]
+                } else {
+                    errors.push(format!("{path}.{key}: unknown to the schema"));
+                    continue;
+                };
+                let at = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                schema_errors(sub, v, &at, errors);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                schema_errors(&schema["items"], v, &format!("{path}[{i}]"), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+const RULES: [&str; 4] = ["non-root", "cache-prep", "model-cache", "schema"];
+
+/// What every report must be, whatever its workload: valid for its CRD, one result per rule,
+/// the summary counting exactly the results, the prune label, a valid stable name.
+fn check_well_formed(report: &Value, schema: &Value, api_version: &str, kind: &str) {
+    let what = format!(
+        "{} {}",
+        report["metadata"]["namespace"], report["metadata"]["name"]
+    );
+    let mut errors = Vec::new();
+    schema_errors(schema, report, "", &mut errors);
+    assert_eq!(errors, Vec::<String>::new(), "{what}: {report:#}");
+    assert_eq!(report["apiVersion"], api_version, "{what}");
+    assert_eq!(report["kind"], kind, "{what}");
+    assert_eq!(
+        report["metadata"]["labels"],
+        json!({"app.kubernetes.io/managed-by": "modelgate"}),
+        "{what}"
+    );
+    assert_eq!(
+        report["metadata"]["namespace"],
+        report["scope"]["namespace"]
+    );
+    let name = report["metadata"]["name"].as_str().unwrap();
+    assert!(
+        name.len() <= 253
+            && name.starts_with("modelgate-")
+            && name.split('.').all(|l| !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')),
+        "{name}"
+    );
+    let results = report["results"].as_array().unwrap();
+    let mut rules: Vec<&str> = results
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap())
+        .collect();
+    rules.sort();
+    let mut want = RULES.to_vec();
+    want.sort();
+    assert_eq!(rules, want, "{what}: one result per rule");
+    for status in ["pass", "fail", "warn", "error", "skip"] {
+        let n = results.iter().filter(|r| r["result"] == status).count();
+        assert_eq!(
+            report["summary"][status],
+            json!(n),
+            "{what}: summary.{status}"
+        );
+    }
+    for r in results {
+        assert_eq!(
+            (&r["policy"], &r["source"]),
+            (&json!("modelgate"), &json!("modelgate"))
+        );
+        assert_eq!(r["scored"], true);
+        assert!(!r["message"].as_str().unwrap().is_empty(), "{what}: {r}");
+        // A patch is there exactly when enforcing would patch for this rule.
+        assert_eq!(
+            r["result"] == "warn",
+            r["properties"]["patch"].is_string(),
+            "{what}: {r}"
+        );
+    }
+}
+
+/// `--from-cluster`-less reports of the fixture: a denied Deployment fails its rule with the
+/// denial's message in the Deployment's terms; every patched workload carries the JSON Patch
+/// enforcing would apply, in the workload's own terms, and the workload with that patch applied
+/// is audited as passing (nothing left to change or deny).
+#[test]
+fn reports_fail_a_denied_workload_and_carry_the_patch_of_a_patched_one() {
+    let run = audit(&["-o", "openreports", &fixture("audit-workloads.yaml")]);
+    assert_exit(&run, 1);
+    let reports = documents(&run);
+    // Seven workloads evaluated (the owned ReplicaSet and kube-system's Pod are not).
+    assert_eq!(reports.len(), 7, "{}", run.stdout);
+
+    let web = report_of(&reports, "Deployment", "team-a", "web");
+    let non_root = rule_result(web, "non-root");
+    assert_eq!(non_root["result"], "fail", "{web:#}");
+    assert_eq!(non_root["severity"], "high");
+    assert_eq!(
+        non_root["message"],
+        "spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside \
+         1..2147483647. Use a uid in 1..2147483647, or leave runAsUser unset and modelgate sets one."
+    );
+    assert_eq!(web["summary"]["fail"], 1);
+    assert_eq!(web["metadata"]["name"], "modelgate-deployment-web");
+    assert!(
+        web["metadata"].get("ownerReferences").is_none(),
+        "no uid, no owner"
+    );
+    assert_eq!(
+        web["scope"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team-a"})
+    );
+
+    let untouched = report_of(&reports, "StatefulSet", "team-a", "db");
+    assert_eq!(rule_result(untouched, "non-root")["result"], "pass");
+    assert_eq!(rule_result(untouched, "cache-prep")["result"], "skip");
+    assert_eq!(rule_result(untouched, "model-cache")["result"], "skip");
+
+    let llm = report_of(&reports, "Pod", "team-b", "llm");
+    let cache = rule_result(llm, "model-cache");
+    assert_eq!(cache["result"], "warn", "{llm:#}");
+    assert_eq!(cache["properties"]["modelCacheOutcome"], "miss");
+    assert_eq!(cache["properties"]["modelCacheReason"], "no-match");
+
+    let agent = report_of(&reports, "DaemonSet", "team-b", "agent");
+    let prep = rule_result(agent, "cache-prep");
+    assert_eq!(prep["result"], "warn", "{agent:#}");
+    assert!(
+        prep["message"]
+            .as_str()
+            .unwrap()
+            .contains("would inject model-cache-prep"),
+        "{prep}"
+    );
+
+    // Apply each patch to its workload as written in the file.
+    let text = std::fs::read_to_string(fixture("audit-workloads.yaml")).unwrap();
+    let mut objects: Vec<Value> = modelgate::documents::read_documents("fixture", &text)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
+        .collect();
+    let mut patched = 0;
+    for report in &reports {
+        let patches: Vec<&str> = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["properties"]["patch"].as_str())
+            .collect();
+        let Some(patch) = patches.first() else {
+            continue;
+        };
+        // Without attribution of each operation to its rule, every patched rule carries the
+        // whole patch.
+        assert!(patches.iter().all(|p| p == patch), "{report:#}");
+        let patch: json_patch::Patch = serde_json::from_str(patch).unwrap();
+        let scope = &report["scope"];
+        let object = objects
+            .iter_mut()
+            .find(|o| {
+                o["kind"] == scope["kind"]
+                    && o["metadata"]["name"] == scope["name"]
+                    && o["metadata"]["namespace"] == scope["namespace"]
+            })
+            .unwrap_or_else(|| panic!("{scope}"));
+        json_patch::patch(object, &patch).unwrap_or_else(|e| panic!("{scope}: {e}"));
+        patched += 1;
+    }
+    assert_eq!(patched, 4, "the four workloads the table counts as patched");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("patched.yaml");
+    let stream: Vec<String> = objects
+        .iter()
+        .filter(|o| o["metadata"]["name"] != "web")
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    std::fs::write(&file, stream.join("\n---\n")).unwrap();
+    let again = audit(&["-o", "openreports", file.to_str().unwrap()]);
+    assert_exit(&again, 0);
+    for report in documents(&again) {
+        for r in report["results"].as_array().unwrap() {
+            assert!(
+                r["result"] == "pass" || r["result"] == "skip",
+                "{} after its patch: {r}",
+                report["scope"]
+            );
+        }
+    }
+}
+
+/// Both APIs, each valid for its pinned CRD; the same names on every run (and the same bytes
+/// with SOURCE_DATE_EPOCH); a workload whose uid is known is named by it and owns its report.
+#[test]
+fn both_report_apis_are_valid_for_their_crds_with_names_stable_across_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("w.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n---\n{}",
+            std::fs::read_to_string(fixture("audit-workloads.yaml")).unwrap(),
+            r#"{"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "Odd_Name", "namespace": "team-c",
+                             "uid": "6c2f7e0a-93b1-4d55-a0f2-0d2a3c4b5e6f"},
+                "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "b"}]}}}}"#
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    for (output, crd, api_version, kind) in [
+        (
+            "openreports",
+            "openreports.io_reports.yaml",
+            "openreports.io/v1alpha1",
+            "Report",
+        ),
+        (
+            "policyreport",
+            "wgpolicyk8s.io_policyreports.yaml",
+            "wgpolicyk8s.io/v1alpha2",
+            "PolicyReport",
+        ),
+    ] {
+        let schema = crd_schema(crd, api_version.split('/').nth(1).unwrap());
+        let epoch = [("SOURCE_DATE_EPOCH", "1700000000")];
+        let first = cli::modelgate_env(&["audit", "-o", output, file], &epoch, None);
+        let second = cli::modelgate_env(&["audit", "-o", output, file], &epoch, None);
+        assert_exit(&first, 1);
+        assert_eq!(first.stdout, second.stdout, "{output}: the same bytes");
+        let third = audit(&["-o", output, file]);
+        let names = |run: &Run| -> Vec<Value> {
+            documents(run)
+                .iter()
+                .map(|r| r["metadata"]["name"].clone())
+                .collect()
+        };
+        assert_eq!(names(&first), names(&third), "{output}: the same names");
+        let reports = documents(&first);
+        assert_eq!(reports.len(), 8);
+        for report in &reports {
+            check_well_formed(report, &schema, api_version, kind);
+            for r in report["results"].as_array().unwrap() {
+                assert_eq!(r["timestamp"], json!({"seconds": 1700000000, "nanos": 0}));
+            }
+        }
+        // Only the OpenReports CRD has a report-level source.
+        assert_eq!(
+            reports[0].get("source").is_some(),
+            output == "openreports",
+            "{output}"
+        );
+        let owned = report_of(&reports, "Deployment", "team-c", "Odd_Name");
+        assert_eq!(
+            owned["metadata"]["name"],
+            "modelgate-6c2f7e0a-93b1-4d55-a0f2-0d2a3c4b5e6f"
+        );
+        assert_eq!(
+            owned["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "Odd_Name",
+                    "uid": "6c2f7e0a-93b1-4d55-a0f2-0d2a3c4b5e6f"}])
+        );
+        assert_eq!(
+            owned["scope"]["uid"],
+            "6c2f7e0a-93b1-4d55-a0f2-0d2a3c4b5e6f"
+        );
+    }
+}
+
+/// Every workload of the corpus (../shared/corpus: Kyverno's, Pod Security's, Istio's and
+/// Gatekeeper's objects) gets a report valid for both CRDs, and two different workloads never
+/// share a report name.
+#[test]
+fn corpus_workloads_get_well_formed_reports() {
+    let Some(corpus) = cli::corpus_dir() else {
+        println!("corpus not found, skipping");
+        return;
+    };
+    let inputs: Vec<String> = [
+        "kyverno/require-run-as-nonroot",
+        "kyverno/require-run-as-non-root-user",
+        "kyverno/windows",
+        "kyverno/mutation/add-default-securitycontext",
+        "kyverno/mutation/apply-pss-restricted-profile",
+        "psa",
+        "istio",
+        "gatekeeper/fsgroup",
+        "gatekeeper/mutation",
+        "gatekeeper/validation",
+        "kserve/samples",
+    ]
+    .iter()
+    .map(|p| corpus.join(p).display().to_string())
+    .collect();
+    for (output, crd, api_version, kind) in [
+        (
+            "openreports",
+            "openreports.io_reports.yaml",
+            "openreports.io/v1alpha1",
+            "Report",
+        ),
+        (
+            "policyreport",
+            "wgpolicyk8s.io_policyreports.yaml",
+            "wgpolicyk8s.io/v1alpha2",
+            "PolicyReport",
+        ),
+    ] {
+        let schema = crd_schema(crd, api_version.split('/').nth(1).unwrap());
+        let mut seen = std::collections::BTreeMap::new();
+        let mut total = 0;
+        // One directory per run: files in different directories reuse object names.
+        for input in &inputs {
+            let run = audit(&["-o", output, input]);
+            assert!(run.code == 0 || run.code == 1, "{input}: {}", run.stderr);
+            let reports = documents(&run);
+            assert!(!reports.is_empty(), "{input}");
+            total += reports.len();
+            seen.clear();
+            for report in &reports {
+                check_well_formed(report, &schema, api_version, kind);
+                let scope = &report["scope"];
+                let workload = (scope["kind"].to_string(), scope["name"].to_string());
+                let name = (
+                    report["metadata"]["namespace"].to_string(),
+                    report["metadata"]["name"].to_string(),
+                );
+                if let Some(other) = seen.insert(name.clone(), workload.clone()) {
+                    assert_eq!(other, workload, "{input}: {name:?} names two workloads");
+                }
+            }
+        }
+        assert!(total >= 150, "{output}: {total} reports");
+    }
+}
+
+#[test]
+fn write_reports_needs_the_cluster() {
+    let run = audit(&["--write-reports", &fixture("audit-workloads.yaml")]);
+    assert_exit(&run, 2);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("--write-reports") && run.stderr.contains("--from-cluster"),
+        "{}",
+        run.stderr
+    );
+}

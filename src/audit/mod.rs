@@ -1,6 +1,8 @@
 //! `modelgate audit` (SPEC.md §10): existing workloads evaluated as if each were created now in
-//! `enforce` mode, and counted per namespace and per rule. This module is pure: objects in, a
-//! report out. The cluster listing is in [`cluster`], the command line in `cli::audit`.
+//! `enforce` mode, and counted per namespace and per rule, with each workload's result for each
+//! rule ([`rules`]). The evaluation is pure: objects in, a report out. What is written of the
+//! report is in [`output`] (table, JSON, JUnit, the policy reports); the cluster listing is in
+//! [`cluster`], the writes of `--write-reports` in [`write`], the command line in `cli::audit`.
 //!
 //! A Pod or a Job is evaluated as it is. A controller is evaluated through the pods it
 //! creates: the Pod of its pod template, where the core's [`WorkloadKind`] says it is
@@ -10,6 +12,9 @@
 //! template exactly, so only the owner is counted.
 
 pub mod cluster;
+pub mod output;
+pub mod rules;
+pub mod write;
 
 use std::collections::BTreeMap;
 
@@ -20,6 +25,7 @@ use crate::admission::{
     self, ApiVersion, Context, Decision, Envelope, Request, Webhook, WorkloadKind,
 };
 use crate::policy::Rule;
+pub use rules::{RuleResult, Status};
 
 /// The kinds `audit` evaluates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -114,8 +120,12 @@ impl AuditedKind {
 #[derive(Debug)]
 pub struct Target {
     pub kind: AuditedKind,
+    /// The workload's own `apiVersion` (`apps/v1` for a Deployment), as read.
+    pub api_version: String,
     pub namespace: String,
     pub name: String,
+    /// The workload's `metadata.uid`, when it has one (always from the cluster).
+    pub uid: Option<String>,
     /// The Pod (or Job) admission would see.
     pub object: Value,
 }
@@ -170,6 +180,8 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
     let name = meta(&value, "name")
         .or_else(|| meta(&value, "generateName"))
         .unwrap_or_default();
+    let uid = meta(&value, "uid");
+    let api_version = api_version.to_string();
     let object = if kind.workload_kind().is_controller() {
         let template = take_template(&mut value, kind.workload_kind())?;
         from_template(template, "v1", "Pod", &namespace, &name)
@@ -178,8 +190,10 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
     };
     Ok(Extracted::Target(Target {
         kind,
+        api_version,
         namespace,
         name,
+        uid,
         object,
     }))
 }
@@ -239,6 +253,8 @@ pub struct Evaluation {
     pub changes: Vec<String>,
     /// The denial's message, in the original object's terms.
     pub message: Option<String>,
+    /// One result per rule of [`Rule::ALL`], in that order (see [`rules`]).
+    pub results: Vec<RuleResult>,
 }
 
 /// Evaluates `target` as the API server would on its creation now, in `enforce` mode: the
@@ -272,44 +288,50 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
     };
     let mutated = admission::decide(Webhook::Mutate, &request(&target.object), ctx);
     if !mutated.allowed {
-        return denied(target.kind, mutated);
+        // Ranges are checked before anything is patched: what the rest would do is unknown.
+        let results = rules::denied_before_mutation(target, &mutated);
+        return denied(target.kind, mutated, results);
     }
-    let validated = match &mutated.patch {
+    let (validated, patched) = match &mutated.patch {
         Some(patch) => {
             let mut object = target.object.clone();
             if let Err(e) = json_patch::patch(&mut object, &patch.operations()) {
                 // The patch is built against this very object; say so rather than guess.
+                let message = format!("the policy's patch does not apply: {e}");
                 return Evaluation {
                     outcome: Outcome::Denied,
                     rules: Vec::new(),
                     changes: Vec::new(),
-                    message: Some(format!("the policy's patch does not apply: {e}")),
+                    results: rules::all_errors(&message),
+                    message: Some(message),
                 };
             }
-            admission::decide(Webhook::Validate, &request(&object), ctx)
+            let validated = admission::decide(Webhook::Validate, &request(&object), ctx);
+            (validated, object)
         }
-        None => admission::decide(Webhook::Validate, &request(&target.object), ctx),
+        None => (
+            admission::decide(Webhook::Validate, &request(&target.object), ctx),
+            target.object.clone(),
+        ),
     };
+    let prefix = target.kind.field_prefix();
+    let prefix = prefix.as_str();
+    let would = |c: &crate::policy::Change| {
+        // `would set spec.…` in the controller's own terms.
+        let would = c.would();
+        match would.split_once(" spec.") {
+            Some((verb, rest)) if !prefix.is_empty() => format!("{verb} {prefix}spec.{rest}"),
+            _ => would,
+        }
+    };
+    let results = rules::after_mutation(target, &mutated, &patched, &validated, &would);
     if !validated.allowed {
-        return denied(target.kind, validated);
+        return denied(target.kind, validated, results);
     }
     let mut rules: Vec<Rule> = mutated.changes.iter().map(|c| c.rule).collect();
     rules.sort();
     rules.dedup();
-    let prefix = target.kind.field_prefix();
-    let prefix = prefix.as_str();
-    let changes = mutated
-        .changes
-        .iter()
-        .map(|c| {
-            // `would set spec.…` in the controller's own terms.
-            let would = c.would();
-            match would.split_once(" spec.") {
-                Some((verb, rest)) if !prefix.is_empty() => format!("{verb} {prefix}spec.{rest}"),
-                _ => would,
-            }
-        })
-        .collect();
+    let changes = mutated.changes.iter().map(would).collect();
     Evaluation {
         outcome: if mutated.patch.is_some() {
             Outcome::Patched
@@ -319,10 +341,11 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
         rules,
         changes,
         message: None,
+        results,
     }
 }
 
-fn denied(kind: AuditedKind, decision: Decision) -> Evaluation {
+fn denied(kind: AuditedKind, decision: Decision, results: Vec<RuleResult>) -> Evaluation {
     let mut rules: Vec<Rule> = decision.violations.iter().map(|v| v.rule).collect();
     rules.sort();
     rules.dedup();
@@ -339,6 +362,7 @@ fn denied(kind: AuditedKind, decision: Decision) -> Evaluation {
         rules,
         changes: Vec::new(),
         message: Some(message),
+        results,
     }
 }
 
@@ -432,6 +456,27 @@ pub struct Report {
     /// Every object's result, only when a report needs them all (JUnit).
     #[serde(skip)]
     pub entries: Option<Vec<ObjectEntry>>,
+    /// Every object's results by rule, only when the policy reports need them.
+    #[serde(skip)]
+    pub workloads: Option<Vec<WorkloadResults>>,
+}
+
+/// The workload a policy report is about: its own apiVersion, kind, name and uid (a
+/// Deployment, not its pod template).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub api_version: String,
+    pub kind: AuditedKind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// One evaluated workload and its result for each rule.
+#[derive(Clone, Debug)]
+pub struct WorkloadResults {
+    pub scope: Scope,
+    pub results: Vec<RuleResult>,
 }
 
 impl Report {
@@ -448,8 +493,26 @@ impl Report {
         *self.exempt.entry(namespace.to_string()).or_default() += 1;
     }
 
+    /// Keeps every object's results by rule, for the policy reports.
+    pub fn keeping_results(mut self) -> Self {
+        self.workloads = Some(Vec::new());
+        self
+    }
+
     /// Counts one evaluated object.
     pub fn add(&mut self, target: &Target, origin: &str, e: Evaluation) {
+        if let Some(workloads) = self.workloads.as_mut() {
+            workloads.push(WorkloadResults {
+                scope: Scope {
+                    api_version: target.api_version.clone(),
+                    kind: target.kind,
+                    namespace: target.namespace.clone(),
+                    name: target.name.clone(),
+                    uid: target.uid.clone(),
+                },
+                results: e.results.clone(),
+            });
+        }
         self.objects += 1;
         self.counts.add(e.outcome);
         let ns = self.namespaces.entry(target.namespace.clone()).or_default();
@@ -491,119 +554,6 @@ impl Report {
     pub fn all_allowed(&self) -> bool {
         self.counts.denied == 0
     }
-
-    /// The human report: a table per namespace, one per rule, then each denial.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let mut rows = vec![[
-            "NAMESPACE".to_string(),
-            "OBJECTS".into(),
-            "PATCHED".into(),
-            "DENIED".into(),
-            "UNCHANGED".into(),
-        ]];
-        for (name, ns) in &self.namespaces {
-            rows.push(count_row(name, ns.counts));
-        }
-        rows.push(count_row("(all)", self.counts));
-        out.push_str(&render(&rows));
-        out.push('\n');
-        let mut rows = vec![[
-            "RULE".to_string(),
-            "OBJECTS".into(),
-            "PATCHED".into(),
-            "DENIED".into(),
-            "UNCHANGED".into(),
-        ]];
-        for rule in Rule::ALL {
-            let counts = self.rules.get(rule.as_str()).copied().unwrap_or_default();
-            rows.push(count_row(
-                &format!("{} ({})", rule.as_str(), rule.section()),
-                counts,
-            ));
-        }
-        out.push_str(&render(&rows));
-        if !self.denials.is_empty() {
-            out.push_str(&format!("\nDENIED ({}):\n", self.denials.len()));
-            for d in &self.denials {
-                out.push_str(&format!(
-                    "{} {}/{} ({}): {}\n",
-                    d.kind.as_str(),
-                    d.namespace,
-                    d.name,
-                    d.origin,
-                    d.message
-                ));
-            }
-        }
-        if !self.exempt.is_empty() {
-            let list: Vec<String> = self
-                .exempt
-                .iter()
-                .map(|(ns, n)| format!("{ns} ({n})"))
-                .collect();
-            out.push_str(&format!(
-                "\nNot evaluated, exempt namespaces: {}\n",
-                list.join(", ")
-            ));
-        }
-        for note in &self.notes {
-            out.push_str(&format!("note: {note}\n"));
-        }
-        out
-    }
-
-    /// The JUnit report: a suite per namespace, a case per object, a failure per denial.
-    pub fn junit_suites(&self) -> Vec<crate::cli::junit::Suite> {
-        let mut suites: BTreeMap<&str, crate::cli::junit::Suite> = BTreeMap::new();
-        for e in self.entries.iter().flatten() {
-            let suite =
-                suites
-                    .entry(e.namespace.as_str())
-                    .or_insert_with(|| crate::cli::junit::Suite {
-                        name: e.namespace.clone(),
-                        cases: Vec::new(),
-                    });
-            suite.cases.push(crate::cli::junit::Case {
-                classname: e.origin.clone(),
-                name: format!("{} {}/{}", e.kind.as_str(), e.namespace, e.name),
-                failure: e.message.clone(),
-                output: (!e.changes.is_empty()).then(|| e.changes.join("\n")),
-            });
-        }
-        suites.into_values().collect()
-    }
-}
-
-fn count_row(label: &str, c: Counts) -> [String; 5] {
-    [
-        label.to_string(),
-        c.objects().to_string(),
-        c.patched.to_string(),
-        c.denied.to_string(),
-        c.unchanged.to_string(),
-    ]
-}
-
-/// Columns left-aligned, two spaces apart.
-fn render(rows: &[[String; 5]]) -> String {
-    let mut widths = [0; 5];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

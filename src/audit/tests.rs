@@ -187,6 +187,9 @@ fn a_schema_error_is_a_denial_of_the_schema_rule() {
     let e = with_ctx(&Namespaces::default(), |ctx| evaluate(&pod, ctx));
     assert_eq!(e.outcome, Outcome::Denied);
     assert_eq!(e.rules, vec![Rule::Schema]);
+    let schema = e.results.iter().find(|r| r.rule == Rule::Schema).unwrap();
+    assert_eq!(schema.status, Status::Fail);
+    assert!(schema.message.contains("runAsUser"), "{}", schema.message);
 }
 
 #[test]
@@ -281,4 +284,126 @@ fn report_counts_per_namespace_and_rule() {
     assert_eq!(json["namespaces"]["a"]["rules"]["non-root"]["denied"], 1);
     assert_eq!(json["patched"], 1);
     assert_eq!(json["denials"][0]["kind"], "Pod");
+}
+
+fn result(e: &Evaluation, rule: Rule) -> &RuleResult {
+    e.results.iter().find(|r| r.rule == rule).unwrap()
+}
+
+#[test]
+fn each_rule_gets_one_result_fail_warn_pass_or_skip() {
+    let none = Namespaces::default();
+    // Denied by the ranges before anything is patched: the rest is not evaluated.
+    let deploy = target(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "a", "uid": "u-1"},
+        "spec": {"template": {"spec": {"containers": [root_container()]}}}
+    }));
+    assert_eq!(deploy.uid.as_deref(), Some("u-1"));
+    assert_eq!(deploy.api_version, "apps/v1");
+    let e = with_ctx(&none, |ctx| evaluate(&deploy, ctx));
+    let statuses: Vec<(Rule, Status)> = e.results.iter().map(|r| (r.rule, r.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (Rule::NonRoot, Status::Fail),
+            (Rule::CachePrep, Status::Skip),
+            (Rule::ModelCache, Status::Skip),
+            (Rule::Schema, Status::Skip),
+        ]
+    );
+    assert_eq!(
+        result(&e, Rule::NonRoot).message,
+        "spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside \
+         1..2147483647. Use a uid in 1..2147483647, or leave runAsUser unset and modelgate sets one."
+    );
+
+    // Patched for two rules, one patch (in the CronJob's terms) on both; denied for a third
+    // after the patch: a `model-cache-prep` that modelgate does not manage here (no cache
+    // volume) is not its canonical one.
+    let cron = target(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "n", "namespace": "a"},
+        "spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "initContainers": [{"name": "model-cache-prep", "image": "x"}],
+            "containers": [{"name": "a", "image": "b"}]}}}}}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&cron, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    let prep = result(&e, Rule::CachePrep);
+    assert_eq!(prep.status, Status::Fail);
+    assert!(
+        prep.message.starts_with(
+            "spec.jobTemplate.spec.template.spec.initContainers[0]: a container named"
+        ),
+        "{}",
+        prep.message
+    );
+    let non_root = result(&e, Rule::NonRoot);
+    assert_eq!(non_root.status, Status::Warn);
+    assert!(
+        non_root.message.contains(
+            "would set spec.jobTemplate.spec.template.spec.securityContext.runAsNonRoot=true"
+        ),
+        "{}",
+        non_root.message
+    );
+    let patch: Value = serde_json::from_str(&non_root.properties[rules::PATCH]).unwrap();
+    assert_eq!(
+        patch[0]["path"],
+        "/spec/jobTemplate/spec/template/spec/securityContext"
+    );
+    assert_eq!(result(&e, Rule::Schema).status, Status::Pass);
+    assert_eq!(result(&e, Rule::ModelCache).status, Status::Skip);
+
+    // A Pod with a writable cache volume and a model URI: the prep is injected, the miss is
+    // recorded, both with their outcome.
+    let pod = target(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a",
+                     "annotations": {"modelgate.io/model-uri": "hf://org/m"}},
+        "spec": {"volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}}],
+                 "containers": [{"name": "a", "image": "b"}]}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&pod, ctx));
+    assert_eq!(e.outcome, Outcome::Patched);
+    let prep = result(&e, Rule::CachePrep);
+    assert_eq!(prep.status, Status::Warn);
+    assert!(
+        prep.message.contains("would inject model-cache-prep"),
+        "{}",
+        prep.message
+    );
+    let cache = result(&e, Rule::ModelCache);
+    assert_eq!(cache.status, Status::Warn);
+    assert_eq!(cache.properties[rules::MODEL_CACHE_OUTCOME], "miss");
+    assert_eq!(cache.properties[rules::MODEL_CACHE_REASON], "no-match");
+    assert_eq!(
+        cache.properties[rules::PATCH],
+        prep.properties[rules::PATCH]
+    );
+
+    // The same Pod once patched: nothing left to change, every rule passes, and the cache
+    // outcome is still reported.
+    let mut patched = pod.object.clone();
+    let ops: json_patch::Patch = serde_json::from_str(&prep.properties[rules::PATCH]).unwrap();
+    json_patch::patch(&mut patched, &ops).unwrap();
+    let again = target(patched);
+    let e = with_ctx(&none, |ctx| evaluate(&again, ctx));
+    assert_eq!(e.outcome, Outcome::Unchanged);
+    assert!(
+        e.results.iter().all(|r| r.status == Status::Pass),
+        "{:?}",
+        e.results
+    );
+    assert!(
+        e.results
+            .iter()
+            .all(|r| !r.properties.contains_key(rules::PATCH)),
+        "{:?}",
+        e.results
+    );
+    assert_eq!(
+        result(&e, Rule::ModelCache).properties[rules::MODEL_CACHE_OUTCOME],
+        "miss"
+    );
 }

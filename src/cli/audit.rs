@@ -13,8 +13,9 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use super::{CacheFiles, EXIT_USAGE, LoadedFiles, junit};
+use super::{CacheFiles, EXIT_USAGE, LoadedFiles};
 use crate::admission::Context;
+use crate::audit::output::reports::{self, ReportApi, Timestamp};
 use crate::audit::{self, Extracted, Report, cluster};
 use crate::cache::list as cache_list;
 use crate::cli::policy::PolicyArgs;
@@ -31,12 +32,39 @@ pub enum AuditOutput {
     Json,
     /// A JUnit XML report: a suite per namespace, a case per object, a failure per denial.
     Junit,
+    /// openreports.io/v1alpha1 Reports: a YAML stream, one per workload, a result per rule.
+    #[value(name = "openreports")]
+    OpenReports,
+    /// wgpolicyk8s.io/v1alpha2 PolicyReports (the older API), same shape.
+    #[value(name = "policyreport")]
+    PolicyReport,
+}
+
+/// The report API `--write-reports` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportApiArg {
+    /// openreports.io/v1alpha1 Report.
+    #[value(name = "openreports")]
+    OpenReports,
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport.
+    #[value(name = "policyreport")]
+    PolicyReport,
+}
+
+impl From<ReportApiArg> for ReportApi {
+    fn from(a: ReportApiArg) -> Self {
+        match a {
+            ReportApiArg::OpenReports => ReportApi::OpenReports,
+            ReportApiArg::PolicyReport => ReportApi::PolicyReport,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
 #[command(
     after_help = "Exit codes:\n  0  no object would be denied\n  1  at least one object would be denied\n  \
-2  bad input or flags, or a cluster that could not be read completely (no report is written)"
+2  bad input or flags, a cluster that could not be read completely (no report is written), or \
+a report that --write-reports could not write"
 )]
 pub struct AuditArgs {
     /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
@@ -74,14 +102,33 @@ pub struct AuditArgs {
     #[arg(long, short = 'o', value_enum, default_value_t = AuditOutput::Table)]
     pub output: AuditOutput,
 
+    /// With --from-cluster: also write a report per workload to the cluster (server-side
+    /// apply, field manager `modelgate`, owned by its workload), then delete modelgate's
+    /// reports (label app.kubernetes.io/managed-by=modelgate) whose workload was not audited
+    /// this time. Needs patch, list and delete on the report resource. -o still chooses what
+    /// is printed.
+    #[arg(long, env = "MODELGATE_WRITE_REPORTS")]
+    pub write_reports: bool,
+
+    /// The report API --write-reports writes.
+    #[arg(long, value_enum, default_value_t = ReportApiArg::OpenReports,
+          env = "MODELGATE_REPORT_API")]
+    pub report_api: ReportApiArg,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
 
 pub fn run(args: AuditArgs) -> ExitCode {
     match execute(args, &mut std::io::stdout().lock()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(Verdict {
+            refused_writes: true,
+            ..
+        }) => ExitCode::from(EXIT_USAGE),
+        Ok(Verdict {
+            all_allowed: true, ..
+        }) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_USAGE)
@@ -89,10 +136,25 @@ pub fn run(args: AuditArgs) -> ExitCode {
     }
 }
 
-/// Audits, writes the report. `Ok(true)` when every object would be allowed.
-pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
+/// What the audit found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Every object would be allowed.
+    pub all_allowed: bool,
+    /// `--write-reports` could not write (or delete) at least one report.
+    pub refused_writes: bool,
+}
+
+/// Audits, writes the report (and with `--write-reports`, the cluster's reports).
+pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
     if args.from_cluster && !args.inputs.is_empty() {
         bail!("give files to audit or --from-cluster, not both");
+    }
+    if args.write_reports && !args.from_cluster {
+        bail!(
+            "--write-reports writes the reports of the cluster's workloads: it needs \
+             --from-cluster (to see reports of files, use -o openreports or -o policyreport)"
+        );
     }
     let mut config = args.policy.clone().into_config();
     // "What would change if I enforce?": enforce everywhere, whatever the namespaces' labels.
@@ -103,38 +165,68 @@ pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         skipped,
     } = args.caches.load()?;
     super::note_skipped(&skipped);
-    let keep_entries = args.output == AuditOutput::Junit;
+    let keep = Keep {
+        entries: args.output == AuditOutput::Junit,
+        results: args.write_reports
+            || matches!(
+                args.output,
+                AuditOutput::OpenReports | AuditOutput::PolicyReport
+            ),
+    };
+    let at = Timestamp::of_run();
     let mut progress = Progress::new();
-    let report = if args.from_cluster {
-        audit_cluster(
-            &args,
-            &config,
-            index,
-            namespaces,
-            keep_entries,
-            &mut progress,
-        )?
+    let (report, written) = if args.from_cluster {
+        audit_cluster(&args, &config, index, namespaces, keep, at, &mut progress)?
     } else {
-        audit_files(
-            &args,
-            &config,
-            index,
-            namespaces,
-            keep_entries,
-            &mut progress,
-        )?
+        let report = audit_files(&args, &config, index, namespaces, keep, &mut progress)?;
+        (report, None)
     };
     progress.finish();
+    let workloads = report.workloads.as_deref().unwrap_or_default();
     match args.output {
         AuditOutput::Table => out.write_all(report.table().as_bytes())?,
-        AuditOutput::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)?;
+        AuditOutput::Json => report.write_json(out)?,
+        AuditOutput::Junit => report.write_junit(out)?,
+        AuditOutput::OpenReports => {
+            reports::write_stream(out, ReportApi::OpenReports, workloads, at)?
         }
-        AuditOutput::Junit => junit::write(out, "modelgate audit", &report.junit_suites())?,
+        AuditOutput::PolicyReport => {
+            reports::write_stream(out, ReportApi::PolicyReport, workloads, at)?
+        }
     }
     out.flush()?;
-    Ok(report.all_allowed())
+    let mut refused_writes = false;
+    if let Some(written) = written {
+        for line in &written.refused {
+            eprintln!("error: cannot write {line}");
+        }
+        eprintln!("{}", written.summary());
+        refused_writes = !written.refused.is_empty();
+    }
+    Ok(Verdict {
+        all_allowed: report.all_allowed(),
+        refused_writes,
+    })
+}
+
+/// What the report keeps of every object beyond the counts.
+#[derive(Clone, Copy, Debug)]
+struct Keep {
+    /// For JUnit.
+    entries: bool,
+    /// The results by rule, for the policy reports.
+    results: bool,
+}
+
+impl Keep {
+    fn report(self, source: &str) -> Report {
+        let report = Report::new(source, self.entries);
+        if self.results {
+            report.keeping_results()
+        } else {
+            report
+        }
+    }
 }
 
 /// Counts what is not evaluated, for one note each at the end.
@@ -208,7 +300,7 @@ fn audit_files(
     config: &PolicyConfig,
     index: crate::cache::CacheIndex,
     file_namespaces: NamespaceDocuments,
-    keep_entries: bool,
+    keep: Keep,
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
     let mut namespaces = file_namespaces.over(Namespaces::default());
@@ -253,7 +345,7 @@ fn audit_files(
         },
         config,
         only: &args.namespaces,
-        report: Report::new("files", keep_entries),
+        report: keep.report("files"),
         skipped: Skipped::default(),
     };
     // Then every object, evaluated as soon as its document is read and dropped after.
@@ -299,9 +391,10 @@ fn audit_cluster(
     config: &PolicyConfig,
     index: crate::cache::CacheIndex,
     file_namespaces: NamespaceDocuments,
-    keep_entries: bool,
+    keep: Keep,
+    at: Timestamp,
     progress: &mut Progress,
-) -> anyhow::Result<Report> {
+) -> anyhow::Result<(Report, Option<audit::write::Written>)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -336,7 +429,7 @@ fn audit_cluster(
             },
             config,
             only: &args.namespaces,
-            report: Report::new("cluster", keep_entries),
+            report: keep.report("cluster"),
             skipped: Skipped::default(),
         };
         let mut failed = None;
@@ -368,7 +461,25 @@ fn audit_cluster(
         }
         let mut report = auditor.finish();
         report.notes.extend(notes);
-        Ok(report)
+        // Only here, after every list succeeded: a prune after an incomplete listing would
+        // delete the reports of workloads that were merely not read.
+        let written = if args.write_reports {
+            progress.show("writing reports");
+            Some(
+                audit::write::write_reports(
+                    &client,
+                    args.report_api.into(),
+                    report.workloads.as_deref().unwrap_or_default(),
+                    &args.namespaces,
+                    args.page_size,
+                    at,
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        Ok((report, written))
     })
 }
 

@@ -4,7 +4,6 @@
 
 pub mod audit;
 pub mod certs;
-pub mod junit;
 pub mod policy;
 pub mod review;
 pub mod serve;

@@ -11,11 +11,12 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::{CacheFiles, EXIT_USAGE, junit};
+use super::{CacheFiles, EXIT_USAGE};
 use crate::admission::{self, Context, Decision, Request, Webhook};
 use crate::cache::{CacheIndex, ClusterCacheError, list};
 use crate::cli::policy::PolicyArgs;
 use crate::documents::{Document, read_documents};
+use crate::junit;
 use crate::namespaces::{self, NamespaceDocuments, Namespaces};
 use crate::policy::Caches;
 use crate::policy::model_cache::{MODEL_CACHE, RESOLVED_URI};

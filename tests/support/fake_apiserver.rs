@@ -17,7 +17,12 @@
 //! - Workloads for `audit` (Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets,
 //!   ReplicaSets) at their real paths, list only, paged by `limit` and `continue`; a namespace
 //!   can be made forbidden (403, as RBAC answers), and continue tokens can be made to expire
-//!   (410). See [`Workloads`].
+//!   (410). Each gets a `metadata.uid` as the real server gives one. See [`Workloads`].
+//! - The policy reports `audit --write-reports` writes (`openreports.io/v1alpha1` `reports`,
+//!   `wgpolicyk8s.io/v1alpha2` `policyreports`): server-side apply checked against the CRDs
+//!   pinned in tests/assets/crds (unknown fields pruned and recorded), get, lists by label
+//!   selector in pages, delete; writes in a namespace can be forbidden, one report refused, a
+//!   CRD left uninstalled, and every request is recorded. See [`Reports`].
 //!
 //! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
 //! history, make lists fail, and count requests.
@@ -107,6 +112,7 @@ struct Inner {
     /// Taken away ([`FakeApiServer::take_down`]): requests on connections still open get 503.
     down: bool,
     workloads: Workloads,
+    reports: Reports,
 }
 
 #[derive(Clone)]
@@ -168,6 +174,7 @@ impl FakeApiServer {
             counts: HashMap::new(),
             down: false,
             workloads: Workloads::default(),
+            reports: Reports::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -421,6 +428,7 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
 ) -> Response {
     let metadata_only_request = headers
         .get(header::ACCEPT)
@@ -433,6 +441,12 @@ async fn handle(
     }
     inner.requests += 1;
     if let Some(answer) = inner.workloads.answer(&method, &uri, &query) {
+        return answer;
+    }
+    if let Some(answer) = inner
+        .reports
+        .answer(&method, uri.path(), &query, &headers, &body)
+    {
         return answer;
     }
     let parsed = parse_path(uri.path());
@@ -635,6 +649,21 @@ struct Workloads {
     forbidden: std::collections::BTreeSet<String>,
     expire_continue: bool,
     lists: Vec<WorkloadList>,
+    /// uids given so far.
+    uids: u64,
+}
+
+/// `plural` as the `&'static str` of [`WORKLOAD_RESOURCES`].
+fn workload_plural(plural: &str) -> &'static str {
+    workload_resource(plural).0
+}
+
+fn workload_resource(plural: &str) -> (&'static str, &'static str, &'static str, &'static str) {
+    WORKLOAD_RESOURCES
+        .iter()
+        .copied()
+        .find(|r| r.0 == plural)
+        .unwrap_or_else(|| panic!("{plural}: not a workload resource"))
 }
 
 impl Workloads {
@@ -749,22 +778,59 @@ impl Workloads {
 
 impl FakeApiServer {
     /// Adds a workload (`plural` one of pods, jobs, cronjobs, deployments, statefulsets,
-    /// daemonsets, replicasets); `apiVersion` and `kind` are filled in.
+    /// daemonsets, replicasets); `apiVersion` and `kind` are filled in, and a `metadata.uid`
+    /// when it has none (the real server gives every object one; [`Self::workload_uid`]).
     pub fn add_workload(&self, plural: &str, mut object: Value) {
-        let (plural, _, api_version, kind) = WORKLOAD_RESOURCES
-            .iter()
-            .copied()
-            .find(|r| r.0 == plural)
-            .unwrap_or_else(|| panic!("{plural}: not a workload resource"));
+        let plural = workload_plural(plural);
+        let (_, _, api_version, kind) = workload_resource(plural);
         object["apiVersion"] = json!(api_version);
         object["kind"] = json!(kind);
+        let mut inner = self.lock();
+        if object.pointer("/metadata/uid").is_none_or(Value::is_null) {
+            inner.workloads.uids += 1;
+            // Deterministic, so that failures read the same from one run to the next.
+            object["metadata"]["uid"] = json!(format!(
+                "00000000-0000-4000-8000-{:012x}",
+                inner.workloads.uids
+            ));
+        }
         let key = key_of(&object);
-        self.lock()
+        inner
             .workloads
             .objects
             .entry(plural)
             .or_default()
             .insert(key, object);
+    }
+
+    /// A workload as it is served (with its uid), if it exists.
+    pub fn workload(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let key = (namespace.to_string(), name.to_string());
+        self.lock()
+            .workloads
+            .objects
+            .get(workload_plural(plural))?
+            .get(&key)
+            .cloned()
+    }
+
+    /// The `metadata.uid` of a workload added before.
+    pub fn workload_uid(&self, plural: &str, namespace: &str, name: &str) -> String {
+        let object = self
+            .workload(plural, namespace, name)
+            .unwrap_or_else(|| panic!("no {plural} {namespace}/{name}"));
+        object["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    /// Removes a workload (it was deleted); returns it.
+    pub fn remove_workload(&self, plural: &str, namespace: &str, name: &str) -> Value {
+        let key = (namespace.to_string(), name.to_string());
+        self.lock()
+            .workloads
+            .objects
+            .get_mut(workload_plural(plural))
+            .and_then(|m| m.remove(&key))
+            .unwrap_or_else(|| panic!("no {plural} {namespace}/{name}"))
     }
 
     /// Lists in `namespace` are refused with 403, and so are lists in all namespaces (the user
@@ -784,5 +850,892 @@ impl FakeApiServer {
     /// Every list call of a workload resource so far, in order.
     pub fn workload_lists(&self) -> Vec<WorkloadList> {
         self.lock().workloads.lists.clone()
+    }
+}
+
+/// The report resources `audit --write-reports` writes: the OpenReports `Report` and the older
+/// wgpolicyk8s.io `PolicyReport`, both namespaced.
+pub const REPORTS: &str = "reports";
+pub const POLICY_REPORTS: &str = "policyreports";
+
+/// A report kind as its CRD serves it.
+#[derive(Clone, Copy, Debug)]
+struct ReportResource {
+    plural: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    /// The pinned CRD (tests/assets/crds) whose schema the applied objects must match.
+    crd: &'static str,
+}
+
+const REPORT_RESOURCES: [ReportResource; 2] = [
+    ReportResource {
+        plural: REPORTS,
+        group: "openreports.io",
+        version: "v1alpha1",
+        kind: "Report",
+        crd: "openreports.io_reports.yaml",
+    },
+    ReportResource {
+        plural: POLICY_REPORTS,
+        group: "wgpolicyk8s.io",
+        version: "v1alpha2",
+        kind: "PolicyReport",
+        crd: "wgpolicyk8s.io_policyreports.yaml",
+    },
+];
+
+impl ReportResource {
+    fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+
+    /// `reports.openreports.io`, as the API server names the resource in its messages.
+    fn qualified(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+
+    /// The `openAPIV3Schema` of this version in the pinned CRD, read once.
+    fn schema(&self) -> &'static Value {
+        static SCHEMAS: std::sync::OnceLock<HashMap<&'static str, Value>> =
+            std::sync::OnceLock::new();
+        let schemas = SCHEMAS.get_or_init(|| {
+            REPORT_RESOURCES
+                .iter()
+                .map(|r| {
+                    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/assets/crds")
+                        .join(r.crd);
+                    let text = std::fs::read_to_string(&path)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let docs = modelgate::documents::read_documents(r.crd, &text).unwrap();
+                    let crd = &docs[0].value;
+                    let schema = crd["spec"]["versions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|v| v["name"] == r.version)
+                        .unwrap_or_else(|| panic!("{}: no version {}", r.crd, r.version))["schema"]
+                        ["openAPIV3Schema"]
+                        .clone();
+                    (r.plural, schema)
+                })
+                .collect()
+        });
+        &schemas[self.plural]
+    }
+}
+
+/// One request to a report resource, as the server saw it and answered it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportRequest {
+    pub method: String,
+    /// The resource the path names (`reports`, `policyreports`, or what else was asked for in
+    /// their API groups).
+    pub plural: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub query: BTreeMap<String, String>,
+    pub content_type: Option<String>,
+    /// The status code of the answer.
+    pub code: u16,
+}
+
+impl ReportRequest {
+    /// A server-side apply (a PATCH; whether it was well-formed is in `content_type`, `query`
+    /// and `code`).
+    pub fn is_apply(&self) -> bool {
+        self.method == "PATCH"
+    }
+
+    pub fn is_delete(&self) -> bool {
+        self.method == "DELETE"
+    }
+
+    pub fn is_list(&self) -> bool {
+        self.method == "GET" && self.name.is_none()
+    }
+
+    /// Any request that would change a report.
+    pub fn is_write(&self) -> bool {
+        !matches!(self.method.as_str(), "GET" | "HEAD")
+    }
+}
+
+/// Reports, served as the API server serves a custom resource to one field manager:
+/// server-side apply (`PATCH` with `application/apply-patch+yaml` and a `fieldManager`) creates
+/// or replaces an object after checking it against the pinned CRD's schema, and prunes the
+/// fields the schema does not know; `GET` of one or a list (`labelSelector`, `fieldSelector` on
+/// name and namespace, `limit` and `continue`); `DELETE`, with `preconditions`. Writes in a
+/// namespace can be forbidden (403, as RBAC answers), one report refused (422), a CRD taken
+/// away (the plain 404 of an unknown group).
+#[derive(Default)]
+struct Reports {
+    /// By plural, each in (namespace, name) order.
+    objects: HashMap<&'static str, BTreeMap<Key, Value>>,
+    not_installed: std::collections::BTreeSet<&'static str>,
+    forbidden_writes: std::collections::BTreeSet<String>,
+    /// Report name → the message its apply is refused with.
+    refused: BTreeMap<String, String>,
+    requests: Vec<ReportRequest>,
+    /// Fields dropped from applied objects: `Kind ns/name: path`.
+    pruned: Vec<String>,
+    revision: u64,
+    uids: u64,
+}
+
+/// A custom resource's metadata fields the API server keeps (ObjectMeta); others are dropped.
+const OBJECT_META: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+impl Reports {
+    fn answer(
+        &mut self,
+        method: &Method,
+        path: &str,
+        query: &HashMap<String, String>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<Response> {
+        let rest = path.strip_prefix("/apis/")?;
+        let (resource, rest) = REPORT_RESOURCES.iter().find_map(|r| {
+            rest.strip_prefix(&format!("{}/{}/", r.group, r.version))
+                .map(|rest| (*r, rest))
+        })?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let (namespace, plural, name) = match parts.as_slice() {
+            [plural] => (None, *plural, None),
+            ["namespaces", ns, plural] => (Some(ns.to_string()), *plural, None),
+            ["namespaces", ns, plural, name] => {
+                (Some(ns.to_string()), *plural, Some(name.to_string()))
+            }
+            // A subresource, a cluster-scoped path: nothing this fake serves.
+            _ => (None, rest, None),
+        };
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let response = if plural != resource.plural || self.not_installed.contains(plural) {
+            // The group has no other resource here: the API server does not know it at all.
+            (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+        } else {
+            self.serve(
+                resource,
+                method,
+                namespace.as_deref(),
+                name.as_deref(),
+                query,
+                content_type.as_deref(),
+                body,
+            )
+        };
+        self.requests.push(ReportRequest {
+            method: method.to_string(),
+            plural: plural.to_string(),
+            namespace,
+            name,
+            query: query.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            content_type,
+            code: response.status().as_u16(),
+        });
+        Some(response)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn serve(
+        &mut self,
+        r: ReportResource,
+        method: &Method,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        query: &HashMap<String, String>,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Response {
+        if query.contains_key("watch") {
+            return json_response(
+                405,
+                &status(
+                    405,
+                    "MethodNotAllowed",
+                    "this fake serves no watch of reports",
+                ),
+            );
+        }
+        let write = *method == Method::PATCH || *method == Method::DELETE;
+        if let (true, Some(ns), Some(name)) = (write, namespace, name)
+            && self.forbidden_writes.contains(ns)
+        {
+            let verb = method.as_str().to_lowercase();
+            let message = format!(
+                "{} \"{name}\" is forbidden: User \"fake\" cannot {verb} resource \"{}\" in API group \"{}\" in the namespace \"{ns}\"",
+                r.qualified(),
+                r.plural,
+                r.group
+            );
+            return json_response(403, &status(403, "Forbidden", &message));
+        }
+        match (method, namespace, name) {
+            (&Method::GET, _, None) => self.list(r, namespace, query),
+            (&Method::GET, Some(ns), Some(name)) => {
+                match self.stored(r.plural).get(&(ns.into(), name.into())) {
+                    Some(o) => json_response(200, o),
+                    None => not_found_status(r, name),
+                }
+            }
+            (&Method::PATCH, Some(ns), Some(name)) => {
+                self.apply(r, ns, name, query, content_type, body)
+            }
+            (&Method::DELETE, Some(ns), Some(name)) => self.delete(r, ns, name, body),
+            _ => json_response(
+                405,
+                &status(
+                    405,
+                    "MethodNotAllowed",
+                    "this fake takes reports by server-side apply (PATCH) only",
+                ),
+            ),
+        }
+    }
+
+    fn stored(&mut self, plural: &str) -> &mut BTreeMap<Key, Value> {
+        let plural = REPORT_RESOURCES
+            .iter()
+            .find(|r| r.plural == plural)
+            .unwrap_or_else(|| panic!("{plural}: not a report resource"))
+            .plural;
+        self.objects.entry(plural).or_default()
+    }
+
+    fn list(
+        &mut self,
+        r: ReportResource,
+        namespace: Option<&str>,
+        query: &HashMap<String, String>,
+    ) -> Response {
+        let selector = match LabelSelector::parse(query.get("labelSelector").map_or("", |s| s)) {
+            Ok(s) => s,
+            Err(e) => return json_response(400, &status(400, "BadRequest", &e)),
+        };
+        let mut fields = Vec::new();
+        for term in query
+            .get("fieldSelector")
+            .map_or("", |s| s)
+            .split(',')
+            .filter(|t| !t.is_empty())
+        {
+            let (field, value) = term
+                .split_once("==")
+                .or_else(|| term.split_once('='))
+                .unwrap_or((term, ""));
+            if field != "metadata.name" && field != "metadata.namespace" {
+                let message = format!(
+                    "\"{field}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                );
+                return json_response(400, &status(400, "BadRequest", &message));
+            }
+            fields.push((field.trim_start_matches("metadata.").to_string(), value));
+        }
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0);
+        let after = match query.get("continue").filter(|c| !c.is_empty()) {
+            None => None,
+            Some(token) => match token.strip_prefix("after:").and_then(|k| k.split_once('/')) {
+                Some((ns, name)) => Some((ns.to_string(), name.to_string())),
+                None => {
+                    return json_response(400, &status(400, "BadRequest", "bad continue token"));
+                }
+            },
+        };
+        let revision = self.revision;
+        let objects = self.stored(r.plural);
+        let rest: Box<dyn Iterator<Item = (&Key, &Value)>> = match after {
+            Some(k) => Box::new(objects.range((Bound::Excluded(k), Bound::Unbounded))),
+            None => Box::new(objects.iter()),
+        };
+        let matching: Vec<(&Key, &Value)> = rest
+            .filter(|(_, o)| {
+                namespace.is_none_or(|ns| o["metadata"]["namespace"] == ns)
+                    && selector.matches(&o["metadata"]["labels"])
+                    && fields
+                        .iter()
+                        .all(|(field, value)| o["metadata"][field] == *value)
+            })
+            .collect();
+        let end = limit.map_or(matching.len(), |l| l.min(matching.len()));
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if end < matching.len() {
+            let (ns, name) = matching[end - 1].0;
+            metadata["continue"] = json!(format!("after:{ns}/{name}"));
+            metadata["remainingItemCount"] = json!(matching.len() - end);
+        }
+        let items: Vec<Value> = matching[..end].iter().map(|(_, o)| (*o).clone()).collect();
+        json_response(
+            200,
+            &json!({
+                "apiVersion": r.api_version(),
+                "kind": format!("{}List", r.kind),
+                "metadata": metadata,
+                "items": items,
+            }),
+        )
+    }
+
+    fn apply(
+        &mut self,
+        r: ReportResource,
+        namespace: &str,
+        name: &str,
+        query: &HashMap<String, String>,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Response {
+        let media = content_type
+            .and_then(|c| c.split(';').next())
+            .map(str::trim);
+        if media != Some("application/apply-patch+yaml") {
+            // The real server would take a JSON or merge patch too; a report must be applied.
+            let message = format!(
+                "the body of the request was in an unknown format ({}) - this fake accepts application/apply-patch+yaml (server-side apply) only",
+                media.unwrap_or("no Content-Type")
+            );
+            return json_response(415, &status(415, "UnsupportedMediaType", &message));
+        }
+        let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
+            return invalid(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            );
+        };
+        let force = match query.get("force").map(String::as_str) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                let message = format!("force: Invalid value: \"{other}\": not a boolean");
+                return json_response(400, &status(400, "BadRequest", &message));
+            }
+        };
+        let text = match std::str::from_utf8(body) {
+            Ok(t) => t,
+            Err(_) => return bad_request("the body is not UTF-8"),
+        };
+        let mut object = match modelgate::documents::read_documents("body", text) {
+            Ok(docs) if docs.len() == 1 => docs.into_iter().next().unwrap().value,
+            Ok(docs) => {
+                return bad_request(&format!("expected one object, found {}", docs.len()));
+            }
+            Err(e) => return bad_request(&format!("error decoding YAML: {e}")),
+        };
+        if object["apiVersion"] != r.api_version().as_str() || object["kind"] != r.kind {
+            return bad_request(&format!(
+                "the object's apiVersion and kind ({} {}) are not those of the URL ({} {})",
+                object["apiVersion"],
+                object["kind"],
+                r.api_version(),
+                r.kind
+            ));
+        }
+        if object["metadata"]["name"] != name {
+            return bad_request(&format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                object["metadata"]["name"]
+            ));
+        }
+        match &object["metadata"]["namespace"] {
+            Value::Null => object["metadata"]["namespace"] = json!(namespace),
+            ns if ns == namespace => {}
+            _ => {
+                return bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                );
+            }
+        }
+        if !object["metadata"]["managedFields"].is_null() {
+            return bad_request("metadata.managedFields must be nil");
+        }
+        let what = format!("{}.{} \"{name}\"", r.kind, r.group);
+        if let Some(message) = self.refused.get(name) {
+            return invalid(&format!("{what} is invalid: {message}"));
+        }
+        let mut errors = Vec::new();
+        let mut pruned = Vec::new();
+        check_metadata(&mut object["metadata"], &mut errors, &mut pruned);
+        if let Some(fields) = object.as_object_mut() {
+            let schema = r.schema();
+            for (key, value) in fields.iter_mut() {
+                if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                    check_schema(
+                        &schema["properties"][key],
+                        value,
+                        key,
+                        &mut errors,
+                        &mut pruned,
+                    );
+                }
+            }
+            fields.retain(|key, value| {
+                let known = !schema["properties"][key].is_null();
+                if !known {
+                    pruned.push(key.clone());
+                }
+                known && !value.is_null()
+            });
+        }
+        if !errors.is_empty() {
+            let list = if errors.len() == 1 {
+                errors.remove(0)
+            } else {
+                format!("[{}]", errors.join(", "))
+            };
+            return invalid(&format!("{what} is invalid: {list}"));
+        }
+        let key = (namespace.to_string(), name.to_string());
+        let existing = self.stored(r.plural).get(&key).cloned();
+        if let Some(existing) = &existing {
+            let owner = existing["metadata"]["managedFields"][0]["manager"]
+                .as_str()
+                .unwrap_or_default();
+            if owner != manager && !force {
+                let message =
+                    format!("Apply failed with 1 conflict: conflict with \"{owner}\": .results");
+                return json_response(409, &status(409, "Conflict", &message));
+            }
+        }
+        if let Some(rv) = object["metadata"]["resourceVersion"].as_str()
+            && existing
+                .as_ref()
+                .is_none_or(|e| e["metadata"]["resourceVersion"] != rv)
+        {
+            return json_response(
+                409,
+                &status(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        r.qualified()
+                    ),
+                ),
+            );
+        }
+        for p in pruned {
+            self.pruned
+                .push(format!("{} {namespace}/{name}: {p}", r.kind));
+        }
+        let (uid, created, generation, rv) = match &existing {
+            Some(e) => (
+                e["metadata"]["uid"].clone(),
+                e["metadata"]["creationTimestamp"].clone(),
+                e["metadata"]["generation"].as_u64().unwrap_or(1),
+                e["metadata"]["resourceVersion"].clone(),
+            ),
+            None => {
+                self.uids += 1;
+                (
+                    json!(format!("00000000-0000-4000-9000-{:012x}", self.uids)),
+                    json!("2026-01-01T00:00:00Z"),
+                    1,
+                    Value::Null,
+                )
+            }
+        };
+        let meta = &mut object["metadata"];
+        meta["uid"] = uid;
+        meta["creationTimestamp"] = created;
+        meta["generation"] = json!(generation);
+        meta["resourceVersion"] = rv;
+        meta["managedFields"] = json!([{
+            "manager": manager, "operation": "Apply", "apiVersion": r.api_version(),
+            "fieldsType": "FieldsV1", "fieldsV1": {}, "time": "2026-01-01T00:00:00Z",
+        }]);
+        // As the real server: an apply that changes nothing changes no resourceVersion.
+        if existing.as_ref() != Some(&object) {
+            self.revision += 1;
+            object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+            if existing.is_some() {
+                object["metadata"]["generation"] = json!(generation + 1);
+            }
+        }
+        self.stored(r.plural).insert(key, object.clone());
+        json_response(if existing.is_some() { 200 } else { 201 }, &object)
+    }
+
+    fn delete(&mut self, r: ReportResource, namespace: &str, name: &str, body: &[u8]) -> Response {
+        let key = (namespace.to_string(), name.to_string());
+        let Some(existing) = self.stored(r.plural).get(&key).cloned() else {
+            return not_found_status(r, name);
+        };
+        let options: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        for field in ["uid", "resourceVersion"] {
+            let wanted = &options["preconditions"][field];
+            if !wanted.is_null() && *wanted != existing["metadata"][field] {
+                let message = format!(
+                    "Precondition failed: {field} in precondition: {}, {field} in object meta: {}",
+                    wanted, existing["metadata"][field]
+                );
+                return json_response(409, &status(409, "Conflict", &message));
+            }
+        }
+        self.stored(r.plural).remove(&key);
+        self.revision += 1;
+        json_response(200, &existing)
+    }
+}
+
+fn bad_request(message: &str) -> Response {
+    json_response(400, &status(400, "BadRequest", message))
+}
+
+fn invalid(message: &str) -> Response {
+    json_response(422, &status(422, "Invalid", message))
+}
+
+fn not_found_status(r: ReportResource, name: &str) -> Response {
+    let message = format!("{} \"{name}\" not found", r.qualified());
+    let mut body = status(404, "NotFound", &message);
+    body["details"] = json!({"name": name, "group": r.group, "kind": r.plural});
+    json_response(404, &body)
+}
+
+/// An equality-based label selector (`k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated), as
+/// far as the fake understands selectors; a set-based one is refused rather than ignored.
+struct LabelSelector(Vec<Requirement>);
+
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    NotExists(String),
+}
+
+impl LabelSelector {
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut terms = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if term.contains('(') || term.contains(' ') {
+                return Err(format!(
+                    "unable to parse requirement: {term:?} (this fake takes equality selectors only)"
+                ));
+            }
+            let parsed = if let Some((k, v)) = term.split_once("!=") {
+                Requirement::NotEquals(k.into(), v.into())
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                Requirement::Equals(k.into(), v.into())
+            } else if let Some(k) = term.strip_prefix('!') {
+                Requirement::NotExists(k.into())
+            } else {
+                Requirement::Exists(term.into())
+            };
+            terms.push(parsed);
+        }
+        Ok(LabelSelector(terms))
+    }
+
+    fn matches(&self, labels: &Value) -> bool {
+        let label = |k: &str| labels.get(k).and_then(Value::as_str);
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
+            Requirement::Exists(k) => label(k).is_some(),
+            Requirement::NotExists(k) => label(k).is_none(),
+        })
+    }
+}
+
+fn dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// A label value, or the name part of a label key.
+fn label_name(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
+}
+
+/// ObjectMeta as the API server validates it for a custom resource: a DNS-subdomain name,
+/// well-formed labels, complete owner references; unknown fields are dropped.
+fn check_metadata(meta: &mut Value, errors: &mut Vec<String>, pruned: &mut Vec<String>) {
+    let Some(fields) = meta.as_object_mut() else {
+        errors.push("metadata: Invalid value: not an object".into());
+        return;
+    };
+    fields.retain(|k, _| {
+        let known = OBJECT_META.contains(&k.as_str());
+        if !known {
+            pruned.push(format!("metadata.{k}"));
+        }
+        known
+    });
+    let name = fields.get("name").and_then(Value::as_str).unwrap_or("");
+    if !dns_subdomain(name) {
+        errors.push(format!(
+            "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ));
+    }
+    for map in ["labels", "annotations"] {
+        match fields.get(map) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                for (k, v) in m {
+                    if !v.is_string() {
+                        errors.push(format!("metadata.{map}.{k}: Invalid value: not a string"));
+                    }
+                    let (prefix, key) = k.rsplit_once('/').unwrap_or(("", k));
+                    if key.is_empty()
+                        || !label_name(key)
+                        || (!prefix.is_empty() && !dns_subdomain(prefix))
+                    {
+                        errors.push(format!(
+                            "metadata.{map}: Invalid value: {k:?}: not a qualified name"
+                        ));
+                    }
+                    if map == "labels" && !label_name(v.as_str().unwrap_or("")) {
+                        errors.push(format!(
+                            "metadata.labels: Invalid value: {v}: not a valid label value"
+                        ));
+                    }
+                }
+            }
+            Some(_) => errors.push(format!("metadata.{map}: Invalid value: not an object")),
+        }
+    }
+    if let Some(refs) = fields.get("ownerReferences") {
+        let Some(refs) = refs.as_array() else {
+            errors.push("metadata.ownerReferences: Invalid value: not an array".into());
+            return;
+        };
+        let mut controllers = 0;
+        for r in refs {
+            for (field, what) in [
+                ("apiVersion", "version"),
+                ("kind", "kind"),
+                ("name", "name"),
+                ("uid", "uid"),
+            ] {
+                if r[field].as_str().is_none_or(str::is_empty) {
+                    errors.push(format!(
+                        "metadata.ownerReferences.{field}: Invalid value: \"\": {what} must not be empty"
+                    ));
+                }
+            }
+            if r["controller"] == true {
+                controllers += 1;
+            }
+        }
+        if controllers > 1 {
+            errors.push(
+                "metadata.ownerReferences: Invalid value: only one reference can have Controller set to true".into(),
+            );
+        }
+    }
+}
+
+/// `value` (at `path`) against a structural schema as the API server checks a custom resource:
+/// `type`, `enum`, `required`; fields the schema does not know are dropped (and named in
+/// `pruned`), and so are nulls where the schema does not allow them.
+fn check_schema(
+    schema: &Value,
+    value: &mut Value,
+    path: &str,
+    errors: &mut Vec<String>,
+    pruned: &mut Vec<String>,
+) {
+    if value.is_null() {
+        return;
+    }
+    let ty = schema["type"].as_str().unwrap_or("");
+    let actual = match value {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::Null => "null",
+    };
+    let fits = ty.is_empty() || ty == actual || (ty == "number" && actual == "integer");
+    if !fits {
+        errors.push(format!(
+            "{path}: Invalid value: \"{actual}\": {path} in body must be of type {ty}: \"{actual}\""
+        ));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        errors.push(format!(
+            "{path}: Unsupported value: {value}: supported values: {}",
+            list.join(", ")
+        ));
+    }
+    match value {
+        Value::Object(fields) => {
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let key = required.as_str().unwrap_or_default();
+                if fields.get(key).is_none_or(Value::is_null) {
+                    errors.push(format!("{path}.{key}: Required value"));
+                }
+            }
+            let preserve = schema["x-kubernetes-preserve-unknown-fields"] == true;
+            let additional = &schema["additionalProperties"];
+            fields.retain(|key, v| {
+                let sub = if additional.is_object() {
+                    additional
+                } else {
+                    &schema["properties"][key]
+                };
+                if sub.is_null() && !preserve {
+                    pruned.push(format!("{path}.{key}"));
+                    return false;
+                }
+                !v.is_null()
+            });
+            for (key, v) in fields.iter_mut() {
+                let sub = if additional.is_object() {
+                    additional
+                } else {
+                    &schema["properties"][key]
+                };
+                if !sub.is_null() {
+                    check_schema(sub, v, &format!("{path}.{key}"), errors, pruned);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                if item.is_null() {
+                    errors.push(format!(
+                        "{path}[{i}]: Invalid value: \"null\": must not be null"
+                    ));
+                    continue;
+                }
+                check_schema(
+                    &schema["items"],
+                    item,
+                    &format!("{path}[{i}]"),
+                    errors,
+                    pruned,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+impl FakeApiServer {
+    /// Stores a report as another writer would have made it (`manager` its field manager);
+    /// `apiVersion`, `kind`, `uid` and `resourceVersion` are filled in. Returns it as stored.
+    pub fn seed_report(&self, plural: &str, manager: &str, mut object: Value) -> Value {
+        let mut inner = self.lock();
+        let reports = &mut inner.reports;
+        let r = *REPORT_RESOURCES
+            .iter()
+            .find(|r| r.plural == plural)
+            .unwrap_or_else(|| panic!("{plural}: not a report resource"));
+        reports.revision += 1;
+        reports.uids += 1;
+        object["apiVersion"] = json!(r.api_version());
+        object["kind"] = json!(r.kind);
+        let meta = &mut object["metadata"];
+        meta["uid"] = json!(format!("00000000-0000-4000-a000-{:012x}", reports.uids));
+        meta["resourceVersion"] = json!(reports.revision.to_string());
+        meta["creationTimestamp"] = json!("2025-06-01T00:00:00Z");
+        meta["managedFields"] = json!([{"manager": manager, "operation": "Apply",
+            "apiVersion": r.api_version(), "fieldsType": "FieldsV1", "fieldsV1": {}}]);
+        let key = key_of(&object);
+        reports.stored(plural).insert(key, object.clone());
+        object
+    }
+
+    /// One stored report.
+    pub fn report(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let key = (namespace.to_string(), name.to_string());
+        self.lock().reports.stored(plural).get(&key).cloned()
+    }
+
+    /// Every stored report of `plural`, in (namespace, name) order.
+    pub fn reports(&self, plural: &str) -> Vec<Value> {
+        self.lock()
+            .reports
+            .stored(plural)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the CRD of `plural` is installed (both are, at the start); without it its API
+    /// group is unknown and every request gets the plain `404 page not found`.
+    pub fn set_report_crd(&self, plural: &str, installed: bool) {
+        let plural = REPORT_RESOURCES
+            .iter()
+            .find(|r| r.plural == plural)
+            .unwrap_or_else(|| panic!("{plural}: not a report resource"))
+            .plural;
+        let mut inner = self.lock();
+        if installed {
+            inner.reports.not_installed.remove(plural);
+        } else {
+            inner.reports.not_installed.insert(plural);
+        }
+    }
+
+    /// Applies and deletes of reports in `namespace` are refused with 403, as RBAC refuses a
+    /// user without write permission there (lists stay allowed).
+    pub fn forbid_report_writes(&self, namespace: &str) {
+        self.lock()
+            .reports
+            .forbidden_writes
+            .insert(namespace.to_string());
+    }
+
+    /// Applies of the report `name` (any namespace, any API) are refused with 422 Invalid and
+    /// `message`, as a validating admission policy or webhook would refuse it.
+    pub fn refuse_report(&self, name: &str, message: &str) {
+        self.lock()
+            .reports
+            .refused
+            .insert(name.to_string(), message.to_string());
+    }
+
+    /// Every request to a report resource so far, in order.
+    pub fn report_requests(&self) -> Vec<ReportRequest> {
+        self.lock().reports.requests.clone()
+    }
+
+    /// Fields the server dropped from applied reports (outside the CRD's schema), as
+    /// `Kind ns/name: path`: a field there is one the writer meant and the cluster lost.
+    pub fn pruned_report_fields(&self) -> Vec<String> {
+        self.lock().reports.pruned.clone()
     }
 }

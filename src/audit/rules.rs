@@ -1,0 +1,300 @@
+//! One result per rule for each evaluated workload, as the policy reports carry them
+//! (`-o openreports`, `-o policyreport`, `--write-reports`; SPEC.md §10).
+//!
+//! The rules are the core's [`Rule::ALL`]: `non-root` (§3, and the uid/gid ranges and
+//! `runAsNonRoot: false` of §6), `cache-prep` (§4, and §6's canonical prep), `model-cache` (§5)
+//! and `schema` (§6: the object decodes as its kind). Each §6 check belongs to the rule whose
+//! fields it reads, so a denial is a `fail` of that rule.
+//!
+//! - `fail`: the rule's violations would deny the object; the message names them, in the
+//!   workload's own terms (`spec.template.spec.containers[0]…` for a Deployment).
+//! - `warn`: enforcing would patch the object for this rule; the message says what (`would …`)
+//!   and the `patch` property holds the JSON Patch enforcing would apply.
+//! - `pass`: the rule applies and neither changes nor denies anything.
+//! - `skip`: the rule does not apply to this object (no model URI, no cache-prep for it), or
+//!   was not evaluated because the object is denied before anything is patched.
+//! - `error`: the evaluation itself failed (the policy's own patch did not apply).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::Target;
+use crate::admission::Decision;
+use crate::cache::{MissReason, Resolved};
+use crate::config::PREP_CONTAINER;
+use crate::policy::{Change, Denial, Rule, Violation};
+
+/// A result as the report APIs spell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Warn => "warn",
+            Status::Error => "error",
+            Status::Skip => "skip",
+        }
+    }
+}
+
+/// Property keys of a result (values are strings, as both report APIs require).
+pub const PATCH: &str = "patch";
+pub const MODEL_CACHE_OUTCOME: &str = "modelCacheOutcome";
+pub const MODEL_CACHE_REASON: &str = "modelCacheReason";
+
+/// One rule's result for one workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleResult {
+    pub rule: Rule,
+    pub status: Status,
+    pub message: String,
+    pub properties: BTreeMap<&'static str, String>,
+}
+
+/// The severity a rule's results are reported with: running as root is the risk the policy
+/// exists for (and what Pod Security's `restricted` refuses), an object that does not decode
+/// is refused outright, a missing or wrong prep leaves a cache unwritable, and a model cache
+/// miss only costs a download.
+pub fn severity(rule: Rule) -> &'static str {
+    match rule {
+        Rule::NonRoot | Rule::Schema => "high",
+        Rule::CachePrep => "medium",
+        Rule::ModelCache => "low",
+    }
+}
+
+/// The object is denied by the mutating pass (the ranges are checked before any patch is
+/// built): the violated rules fail; the others were not evaluated.
+pub(super) fn denied_before_mutation(target: &Target, decision: &Decision) -> Vec<RuleResult> {
+    Rule::ALL
+        .into_iter()
+        .map(|rule| match failure(target, decision, rule) {
+            Some(r) => r,
+            None => RuleResult {
+                rule,
+                status: Status::Skip,
+                message: "not evaluated: the object would be denied before anything is patched"
+                    .into(),
+                properties: BTreeMap::new(),
+            },
+        })
+        .collect()
+}
+
+/// Every rule in error, when the evaluation itself failed.
+pub(super) fn all_errors(message: &str) -> Vec<RuleResult> {
+    Rule::ALL
+        .into_iter()
+        .map(|rule| RuleResult {
+            rule,
+            status: Status::Error,
+            message: message.to_string(),
+            properties: BTreeMap::new(),
+        })
+        .collect()
+}
+
+/// The results once the mutating pass allowed the object: `mutated` is its decision, `patched`
+/// the object with its patch applied, `validated` the validating pass's decision on it, and
+/// `would` puts a change in the workload's terms.
+pub(super) fn after_mutation(
+    target: &Target,
+    mutated: &Decision,
+    patched: &Value,
+    validated: &Decision,
+    would: &dyn Fn(&Change) -> String,
+) -> Vec<RuleResult> {
+    let patch = mutated
+        .patch
+        .as_ref()
+        .map(|p| workload_patch(target, p.operations()));
+    Rule::ALL
+        .into_iter()
+        .map(|rule| {
+            let mut result = failure(target, validated, rule).unwrap_or_else(|| {
+                let changes: Vec<&Change> =
+                    mutated.changes.iter().filter(|c| c.rule == rule).collect();
+                if changes.is_empty() {
+                    unchanged(rule, target, mutated, patched)
+                } else {
+                    let mut phrases: Vec<String> = changes.iter().map(|c| would(c)).collect();
+                    // What a change announces when applied (a cache that matched but missed,
+                    // and what is missing) is part of why it would be made.
+                    phrases.extend(changes.iter().filter_map(|c| c.applied_warning.clone()));
+                    let mut properties = BTreeMap::new();
+                    if let Some(patch) = &patch {
+                        properties.insert(PATCH, patch.clone());
+                    }
+                    RuleResult {
+                        rule,
+                        status: Status::Warn,
+                        message: phrases.join("; "),
+                        properties,
+                    }
+                }
+            });
+            if rule == Rule::ModelCache
+                && let Some(resolved) = mutated.model_cache
+            {
+                let (outcome, reason) = model_cache_properties(resolved);
+                result
+                    .properties
+                    .insert(MODEL_CACHE_OUTCOME, outcome.into());
+                result.properties.insert(MODEL_CACHE_REASON, reason.into());
+            }
+            result
+        })
+        .collect()
+}
+
+/// `fail` of `rule`, when `decision` denies with violations of it. A denial without any
+/// violation (the request itself could not be judged) is the schema rule's.
+fn failure(target: &Target, decision: &Decision, rule: Rule) -> Option<RuleResult> {
+    if decision.allowed {
+        return None;
+    }
+    if decision.violations.is_empty() {
+        return (rule == Rule::Schema).then(|| RuleResult {
+            rule,
+            status: Status::Fail,
+            message: decision.message.clone().unwrap_or_default(),
+            properties: BTreeMap::new(),
+        });
+    }
+    let prefix = target.kind.field_prefix();
+    let violations: Vec<Violation> = decision
+        .violations
+        .iter()
+        .filter(|v| v.rule == rule)
+        .map(|v| Violation {
+            field: format!("{prefix}{}", v.field),
+            ..v.clone()
+        })
+        .collect();
+    if violations.is_empty() {
+        return None;
+    }
+    Some(RuleResult {
+        rule,
+        status: Status::Fail,
+        message: Denial { violations }.to_string(),
+        properties: BTreeMap::new(),
+    })
+}
+
+/// A rule that changes nothing: `pass` where it applies, `skip` where it does not.
+fn unchanged(rule: Rule, target: &Target, mutated: &Decision, patched: &Value) -> RuleResult {
+    let (status, message) = match rule {
+        Rule::NonRoot => (
+            Status::Pass,
+            "runs as a non-root, numeric user: nothing to change".to_string(),
+        ),
+        Rule::Schema => (
+            Status::Pass,
+            "the fields the policy reads decode as their Kubernetes schema says".to_string(),
+        ),
+        Rule::CachePrep if has_prep(target, patched) => (
+            Status::Pass,
+            format!("the {PREP_CONTAINER} init container is in place and canonical"),
+        ),
+        // After enforce's patch, the canonical prep is there exactly when the policy manages
+        // one for this pod; without it, nothing of §4 applies.
+        Rule::CachePrep => (
+            Status::Skip,
+            format!(
+                "no {PREP_CONTAINER} for this pod: no writable model cache volume, \
+                 --model-cache-prep=never, a Windows pod, or a Pod Security restricted namespace"
+            ),
+        ),
+        Rule::ModelCache => match mutated.model_cache {
+            None => (
+                Status::Skip,
+                "no model URI (modelgate.io/model-uri or KServe's storage-initializer-sourceuri)"
+                    .to_string(),
+            ),
+            Some(Resolved::Miss(MissReason::OptedOut)) => {
+                (Status::Skip, "opted out of the model cache".to_string())
+            }
+            Some(Resolved::Miss(MissReason::KserveManaged)) => (
+                Status::Skip,
+                "routed by KServe's own pod mutator, not by modelgate".to_string(),
+            ),
+            Some(Resolved::Miss(reason)) => (
+                Status::Pass,
+                format!("model cache miss ({reason}), already recorded: nothing to change"),
+            ),
+            Some(hit) => (
+                Status::Pass,
+                format!(
+                    "model served from a {}, already mounted: nothing to change",
+                    model_cache_properties(hit).1
+                ),
+            ),
+        },
+    };
+    RuleResult {
+        rule,
+        status,
+        message,
+        properties: BTreeMap::new(),
+    }
+}
+
+/// `modelCacheOutcome` (`hit` or `miss`) and `modelCacheReason`: the miss's reason, or the
+/// kind of cache that serves a hit.
+fn model_cache_properties(resolved: Resolved) -> (&'static str, &'static str) {
+    match resolved {
+        Resolved::Namespace => ("hit", "LocalModelNamespaceCache"),
+        Resolved::Cluster => ("hit", "LocalModelCache"),
+        Resolved::Miss(reason) => ("miss", reason.as_str()),
+    }
+}
+
+/// Whether the evaluated object (after enforce's patch) has the prep init container.
+fn has_prep(target: &Target, patched: &Value) -> bool {
+    let pointer = match target.object.get("kind").and_then(Value::as_str) {
+        Some("Job") => "/spec/template/spec/initContainers",
+        _ => "/spec/initContainers",
+    };
+    patched
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .is_some_and(|init| {
+            init.iter()
+                .any(|c| c.get("name").and_then(Value::as_str) == Some(PREP_CONTAINER))
+        })
+}
+
+/// The patch enforcing would apply, as a JSON array in a string, in the workload's own terms:
+/// a controller's pods get it, so its paths are moved under the pod template
+/// (`/spec/template/spec/securityContext`). The policy patches a pod's metadata only for a
+/// model URI, which is itself in the template's metadata, so the paths exist in the controller.
+pub(super) fn workload_patch(target: &Target, ops: json_patch::Patch) -> String {
+    let mut ops = serde_json::to_value(ops).unwrap_or(Value::Array(Vec::new()));
+    let kind = target.kind.workload_kind();
+    if kind.is_controller()
+        && let Value::Array(list) = &mut ops
+    {
+        let base = kind.pod_template_pointer();
+        for op in list.iter_mut() {
+            for key in ["path", "from"] {
+                if let Some(Value::String(path)) = op.get_mut(key) {
+                    *path = format!("{base}{path}");
+                }
+            }
+        }
+    }
+    ops.to_string()
+}

@@ -1,0 +1,187 @@
+//! `audit --from-cluster --write-reports`: the policy reports ([`super::output::reports`])
+//! written to the cluster, and modelgate's reports whose workload is no longer audited removed.
+//!
+//! The calls are the plain Kubernetes ones, so that the RBAC is `patch`, `list` and `delete` on
+//! the report resource and nothing else:
+//! - each report by server-side apply (`PATCH …/<plural>/<name>?fieldManager=modelgate&force=true`,
+//!   `application/apply-patch+yaml`), which creates it or updates modelgate's fields of it;
+//! - then the prune: the reports labelled `app.kubernetes.io/managed-by=modelgate`, listed in
+//!   pages of `page_size` (in each audited namespace, or in all namespaces), and each one whose
+//!   name this run did not write deleted: its workload is gone, exempt, or now counted through
+//!   its owner.
+//!
+//! The caller writes only after a complete listing of the workloads: a report missing from an
+//! incomplete listing must never be taken for a workload that is gone. A refused call (apply,
+//! list or delete) is recorded with the object and the API's reason, and the others are still
+//! made.
+
+use std::collections::HashSet;
+
+use super::WorkloadResults;
+use super::cluster::reason;
+use super::output::reports::{self, MANAGED_BY_KEY, MANAGED_BY_VALUE, ReportApi, Timestamp};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+
+/// The field manager of modelgate's server-side applies.
+pub const FIELD_MANAGER: &str = "modelgate";
+
+/// What the writes did.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub applied: usize,
+    pub deleted: usize,
+    /// One line per refused call: the object (`Report team-a/modelgate-…`) and the reason.
+    pub refused: Vec<String>,
+}
+
+impl Written {
+    /// `reports: N applied, M deleted, K refused`.
+    pub fn summary(&self) -> String {
+        format!(
+            "reports: {} applied, {} deleted, {} refused",
+            self.applied,
+            self.deleted,
+            self.refused.len()
+        )
+    }
+}
+
+fn api_resource(api: ReportApi) -> ApiResource {
+    ApiResource {
+        group: api.group().into(),
+        version: api.version().into(),
+        api_version: api.api_version(),
+        kind: api.kind().into(),
+        plural: api.plural().into(),
+    }
+}
+
+/// Applies a report for each of `workloads`, then deletes modelgate's other reports in
+/// `namespaces` (all namespaces when empty).
+pub async fn write_reports(
+    client: &kube::Client,
+    api: ReportApi,
+    workloads: &[WorkloadResults],
+    namespaces: &[String],
+    page_size: u32,
+    at: Timestamp,
+) -> Written {
+    let ar = api_resource(api);
+    let kind = api.kind();
+    let mut written = Written::default();
+    // Every report this run stands for, applied or refused: a refused apply leaves the old
+    // report of a workload that still exists, which is no reason to delete it.
+    let mut names: HashSet<(String, String)> = HashSet::with_capacity(workloads.len());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut unserved = None;
+    for w in workloads {
+        let name = reports::report_name(&w.scope);
+        let namespace = w.scope.namespace.clone();
+        if let Some(why) = &unserved {
+            written
+                .refused
+                .push(format!("{kind} {namespace}/{name}: {why}"));
+            names.insert((namespace, name));
+            continue;
+        }
+        let report = reports::report(api, w, at);
+        let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ar);
+        match reports.patch(&name, &params, &Patch::Apply(&report)).await {
+            Ok(_) => written.applied += 1,
+            Err(e) => {
+                if is_not_served(&e) {
+                    // Without the CRD every apply fails alike: say it once, in its terms.
+                    unserved = Some(format!(
+                        "{} is not served by the cluster ({}): install the {} CRD",
+                        api.api_version(),
+                        reason(&e),
+                        ar.plural
+                    ));
+                }
+                let why = unserved.clone().unwrap_or_else(|| reason(&e));
+                written
+                    .refused
+                    .push(format!("{kind} {namespace}/{name}: {why}"));
+            }
+        }
+        names.insert((namespace, name));
+    }
+    if unserved.is_some() {
+        return written;
+    }
+    prune(client, &ar, &names, namespaces, page_size, &mut written).await;
+    written
+}
+
+/// A 404 on an apply (which creates what is missing) means the resource itself is unknown,
+/// unless it is the namespace that is gone.
+fn is_not_served(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404
+        && s.details.as_ref().is_none_or(|d| d.kind != "namespaces"))
+}
+
+async fn prune(
+    client: &kube::Client,
+    ar: &ApiResource,
+    keep: &HashSet<(String, String)>,
+    namespaces: &[String],
+    page_size: u32,
+    written: &mut Written,
+) {
+    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().map(|n| Some(n.as_str())).collect()
+    };
+    let selector = format!("{MANAGED_BY_KEY}={MANAGED_BY_VALUE}");
+    for scope in scopes {
+        let list_api: Api<DynamicObject> = match scope {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+            None => Api::all_with(client.clone(), ar),
+        };
+        let mut params = ListParams::default().labels(&selector).limit(page_size);
+        let mut stale = Vec::new();
+        loop {
+            let page = match list_api.list(&params).await {
+                Ok(page) => page,
+                Err(e) => {
+                    let place =
+                        scope.map_or("all namespaces".to_string(), |ns| format!("namespace {ns}"));
+                    written.refused.push(format!(
+                        "list {} in {place} (nothing pruned there): {}",
+                        ar.plural,
+                        reason(&e)
+                    ));
+                    stale.clear();
+                    break;
+                }
+            };
+            for item in page.items {
+                let namespace = item.metadata.namespace.unwrap_or_default();
+                let name = item.metadata.name.unwrap_or_default();
+                let key = (namespace, name);
+                if !keep.contains(&key) {
+                    stale.push(key);
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        // Deleted after the listing, so that deletions never shift the pages being read.
+        for (namespace, name) in stale {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, ar);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => written.deleted += 1,
+                // Gone already (its workload's garbage collection came first): nothing to do.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    written
+                        .refused
+                        .push(format!("{} {namespace}/{name}: {}", ar.kind, reason(&e)))
+                }
+            }
+        }
+    }
+}

@@ -149,6 +149,14 @@ def test_schema_accepts_init_container_user(assets: Assets, v: str) -> None:
         ("/limits/bodyProgressTimeoutSeconds", ["--set", "limits.bodyProgressTimeoutSeconds=31"]),
         ("/limits", ["--set", "limits.maxStreams=1"]),
         ("", ["--set", "initcontainer.user=5"]),
+        # The audit CronJob: the report kinds `audit --report-api` writes, and never two runs at once.
+        ("/audit/reportApi", ["--set", "audit.reportApi=kyverno"]),
+        ("/audit/reportApi", ["--set", "audit.reportApi=OpenReports"]),
+        ("/audit/concurrencyPolicy", ["--set", "audit.concurrencyPolicy=Allow"]),
+        ("/audit/schedule", ["--set", "audit.schedule=hourly"]),
+        ("/audit/namespaces/0", ["--set", "audit.namespaces={Team_A}"]),
+        ("/audit/pageSize", ["--set", "audit.pageSize=0"]),
+        ("/audit", ["--set", "audit.reportAPI=openreports"]),
     ],
     ids=lambda v: v if isinstance(v, str) else " ".join(v),
 )

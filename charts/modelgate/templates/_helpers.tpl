@@ -38,9 +38,60 @@ app.kubernetes.io/component: webhook
 {{- define "modelgate.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "modelgate.selectorLabels" . }}
+{{ include "modelgate.releaseLabels" . }}
+{{- end -}}
+
+{{- define "modelgate.releaseLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: modelgate
+{{- end -}}
+
+{{/*
+The audit CronJob's objects (audit-*.yaml). The name is at most 52 characters: the CronJob
+controller names each Job <name>-<minutes since the epoch>, and a Job's name must fit in 63.
+component: audit keeps its pods out of every selector of the webhook's (Service, PDB,
+anti-affinity, NetworkPolicy).
+*/}}
+{{- define "modelgate.auditName" -}}
+{{- printf "%s-audit" (include "modelgate.fullname" . | trunc 46 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "modelgate.auditSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "modelgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: audit
+{{- end -}}
+
+{{- define "modelgate.auditLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "modelgate.auditSelectorLabels" . }}
+{{ include "modelgate.releaseLabels" . }}
+{{- end -}}
+
+{{/*
+What the audit reads and writes in the namespaces it audits (a ClusterRole's rules, or each
+audit.namespaces' Role's): list on the seven kinds it judges, and the writes on the report kind
+of audit.reportApi only.
+*/}}
+{{- define "modelgate.auditNamespacedRules" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["batch"]
+  resources: ["jobs", "cronjobs"]
+  verbs: ["list"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "daemonsets", "replicasets"]
+  verbs: ["list"]
+{{- if eq .Values.audit.reportApi "policyreport" }}
+- apiGroups: ["wgpolicyk8s.io"]
+  resources: ["policyreports"]
+{{- else }}
+- apiGroups: ["openreports.io"]
+  resources: ["reports"]
+{{- end }}
+  verbs: ["create", "patch", "list", "delete"]
 {{- end -}}
 
 {{- define "modelgate.image" -}}
@@ -61,6 +112,31 @@ values files as float64, and printing a float64 gives 1.00068e+09 for 1000680000
 {{- else -}}
 {{- int64 . -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The policy flags (SPEC.md section 2), which `serve` and `audit` take alike: one list for the
+webhook's Deployment and the audit CronJob, so that the audit judges workloads by the policy the
+webhook enforces. Without exemptNamespaces no --exempt-namespace is given: both then exempt
+kube-system and their own namespace (POD_NAMESPACE), which is the release namespace.
+*/}}
+{{- define "modelgate.policyArgs" -}}
+- --run-as-user={{ include "modelgate.idOrNone" .Values.runAsUser }}
+- --run-as-group={{ include "modelgate.idOrNone" .Values.runAsGroup }}
+- --default-fsgroup={{ int64 .Values.defaultFSGroup }}
+- --init-container-user={{ int64 .Values.initContainer.user }}
+- --model-cache-prep={{ .Values.modelCachePrep }}
+- --default-mode={{ .Values.defaultMode }}
+- {{ printf "--init-image=%s" .Values.initContainer.image | quote }}
+- {{ printf "--cache-volume=%s" .Values.cacheVolume | quote }}
+- {{ printf "--cache-mount-path=%s" .Values.cacheMountPath | quote }}
+- {{ printf "--model-mount-path=%s" .Values.modelMountPath | quote }}
+- --cache-layout={{ .Values.cacheLayout }}
+{{- if .Values.exemptNamespaces }}
+{{- range (include "modelgate.exemptNamespaces" . | fromJsonArray) }}
+- --exempt-namespace={{ . }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Namespaces never sent to the webhook: kube-system, the release namespace, exemptNamespaces. */}}

@@ -1,8 +1,9 @@
 //! `audit --from-cluster --write-reports`: the policy reports ([`super::output::reports`])
 //! written to the cluster, and modelgate's reports whose workload is no longer audited removed.
 //!
-//! The calls are the plain Kubernetes ones, so that the RBAC is `patch`, `list` and `delete` on
-//! the report resource and nothing else:
+//! The calls are the plain Kubernetes ones, so that the RBAC is `create`, `patch`, `list` and
+//! `delete` on the report resource and nothing else (an apply that creates the object is
+//! authorized as `create` too):
 //! - each report by server-side apply (`PATCH …/<plural>/<name>?fieldManager=modelgate&force=true`,
 //!   `application/apply-patch+yaml`), which creates it or updates modelgate's fields of it;
 //! - then the prune: the reports labelled `app.kubernetes.io/managed-by=modelgate`, listed in

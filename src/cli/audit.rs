@@ -105,8 +105,8 @@ pub struct AuditArgs {
     /// With --from-cluster: also write a report per workload to the cluster (server-side
     /// apply, field manager `modelgate`, owned by its workload), then delete modelgate's
     /// reports (label app.kubernetes.io/managed-by=modelgate) whose workload was not audited
-    /// this time. Needs patch, list and delete on the report resource. -o still chooses what
-    /// is printed.
+    /// this time. Needs create, patch, list and delete on the report resource. -o still
+    /// chooses what is printed.
     #[arg(long, env = "MODELGATE_WRITE_REPORTS")]
     pub write_reports: bool,
 

@@ -3,6 +3,8 @@
 //! continue tokens. Exit codes as `review`: 0 all allowed, 1 any denied, 2 bad input or a
 //! cluster that could not be read completely (and then nothing on stdout).
 
+#[path = "support/audit.rs"]
+mod audit_support;
 #[path = "common/cli.rs"]
 mod cli;
 mod support;
@@ -10,7 +12,8 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use cli::{Run, assert_exit, command, finish, fixture};
+use audit_support::{REPORT_APIS, ReportApi, audit_cluster, check_results, rule_result};
+use cli::{Run, assert_exit, fixture};
 use serde_json::{Value, json};
 use support::fake_apiserver::{FakeApiServer, NAMESPACES, WorkloadList};
 
@@ -18,21 +21,6 @@ fn audit(args: &[&str]) -> Run {
     let mut all = vec!["audit"];
     all.extend_from_slice(args);
     cli::modelgate(&all)
-}
-
-/// Runs `audit` against the fake API server without blocking its runtime.
-async fn audit_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let mut all = vec!["audit", "--from-cluster"];
-    all.extend_from_slice(args);
-    let mut cmd = command(&all);
-    cmd.env("KUBECONFIG", &kubeconfig);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    finish(out)
 }
 
 fn json(run: &Run) -> Value {
@@ -207,25 +195,7 @@ fn all_allowed_exits_0_and_bad_input_exits_2_without_a_report() {
 /// The fixture's workloads, in the cluster (Namespaces included), with more pods so that lists
 /// take several pages.
 fn populate(api: &FakeApiServer) {
-    let text = std::fs::read_to_string(fixture("audit-workloads.yaml")).unwrap();
-    let docs = modelgate::documents::read_documents("fixture", &text).unwrap();
-    for d in docs {
-        let kind = d.value["kind"].as_str().unwrap().to_string();
-        match kind.as_str() {
-            "Namespace" => {
-                api.apply(NAMESPACES, d.value);
-            }
-            "Service" => {}
-            _ => api.add_workload(&format!("{}s", kind.to_lowercase()), d.value),
-        }
-    }
-    for i in 0..5 {
-        api.add_workload(
-            "pods",
-            json!({"metadata": {"name": format!("extra-{i}"), "namespace": "team-c"},
-                   "spec": {"containers": [{"name": "a", "image": "b"}]}}),
-        );
-    }
+    audit_support::populate(api, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,31 +471,6 @@ fn report_of<'a>(reports: &'a [Value], kind: &str, namespace: &str, name: &str) 
         .unwrap_or_else(|| panic!("no report for {kind} {namespace}/{name}: {reports:#?}"))
 }
 
-fn rule_result<'a>(report: &'a Value, rule: &str) -> &'a Value {
-    let results = report["results"].as_array().expect("results");
-    let found: Vec<&Value> = results.iter().filter(|r| r["rule"] == rule).collect();
-    assert_eq!(found.len(), 1, "one result for {rule}: {report:#}");
-    found[0]
-}
-
-/// The pinned CRD's schema (tests/assets/crds) of `version`.
-fn crd_schema(file: &str, version: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/assets/crds")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let crd = modelgate::documents::read_documents(file, &text).unwrap()[0]
-        .value
-        .clone();
-    crd["spec"]["versions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == version)
-        .unwrap_or_else(|| panic!("{file}: no version {version}"))["schema"]["openAPIV3Schema"]
-        .clone()
-}
-
 /// `value` against a structural schema, strictly: `type`, `enum`, `required`, `format: int32`,
 /// and no field the schema does not know (the API server would silently drop it).
 fn schema_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
@@ -587,28 +532,26 @@ fn schema_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Str
     }
 }
 
-const RULES: [&str; 4] = ["non-root", "cache-prep", "model-cache", "schema"];
-
-/// What every report must be, whatever its workload: valid for its CRD, one result per rule,
-/// the summary counting exactly the results, the prune label, a valid stable name.
-fn check_well_formed(report: &Value, schema: &Value, api_version: &str, kind: &str) {
+/// What every report must be, whatever its workload: valid for its CRD, the prune label, a
+/// valid stable name, one complete result per rule and a summary that counts them.
+fn check_well_formed(report: &Value, api: ReportApi) {
     let what = format!(
         "{} {}",
         report["metadata"]["namespace"], report["metadata"]["name"]
     );
     let mut errors = Vec::new();
-    schema_errors(schema, report, "", &mut errors);
+    schema_errors(api.schema(), report, "", &mut errors);
     assert_eq!(errors, Vec::<String>::new(), "{what}: {report:#}");
-    assert_eq!(report["apiVersion"], api_version, "{what}");
-    assert_eq!(report["kind"], kind, "{what}");
+    assert_eq!(report["apiVersion"], api.api_version, "{what}");
+    assert_eq!(report["kind"], api.kind, "{what}");
     assert_eq!(
         report["metadata"]["labels"],
         json!({"app.kubernetes.io/managed-by": "modelgate"}),
         "{what}"
     );
     assert_eq!(
-        report["metadata"]["namespace"],
-        report["scope"]["namespace"]
+        report["metadata"]["namespace"], report["scope"]["namespace"],
+        "{what}"
     );
     let name = report["metadata"]["name"].as_str().unwrap();
     assert!(
@@ -621,37 +564,7 @@ fn check_well_formed(report: &Value, schema: &Value, api_version: &str, kind: &s
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')),
         "{name}"
     );
-    let results = report["results"].as_array().unwrap();
-    let mut rules: Vec<&str> = results
-        .iter()
-        .map(|r| r["rule"].as_str().unwrap())
-        .collect();
-    rules.sort();
-    let mut want = RULES.to_vec();
-    want.sort();
-    assert_eq!(rules, want, "{what}: one result per rule");
-    for status in ["pass", "fail", "warn", "error", "skip"] {
-        let n = results.iter().filter(|r| r["result"] == status).count();
-        assert_eq!(
-            report["summary"][status],
-            json!(n),
-            "{what}: summary.{status}"
-        );
-    }
-    for r in results {
-        assert_eq!(
-            (&r["policy"], &r["source"]),
-            (&json!("modelgate"), &json!("modelgate"))
-        );
-        assert_eq!(r["scored"], true);
-        assert!(!r["message"].as_str().unwrap().is_empty(), "{what}: {r}");
-        // A patch is there exactly when enforcing would patch for this rule.
-        assert_eq!(
-            r["result"] == "warn",
-            r["properties"]["patch"].is_string(),
-            "{what}: {r}"
-        );
-    }
+    check_results(&what, report);
 }
 
 /// `--from-cluster`-less reports of the fixture: a denied Deployment fails its rule with the
@@ -753,7 +666,9 @@ fn reports_fail_a_denied_workload_and_carry_the_patch_of_a_patched_one() {
     std::fs::write(&file, stream.join("\n---\n")).unwrap();
     let again = audit(&["-o", "openreports", file.to_str().unwrap()]);
     assert_exit(&again, 0);
-    for report in documents(&again) {
+    let again = documents(&again);
+    assert_eq!(again.len(), 6, "every workload but web: {again:#?}");
+    for report in again {
         for r in report["results"].as_array().unwrap() {
             assert!(
                 r["result"] == "pass" || r["result"] == "skip",
@@ -783,21 +698,8 @@ fn both_report_apis_are_valid_for_their_crds_with_names_stable_across_runs() {
     )
     .unwrap();
     let file = file.to_str().unwrap();
-    for (output, crd, api_version, kind) in [
-        (
-            "openreports",
-            "openreports.io_reports.yaml",
-            "openreports.io/v1alpha1",
-            "Report",
-        ),
-        (
-            "policyreport",
-            "wgpolicyk8s.io_policyreports.yaml",
-            "wgpolicyk8s.io/v1alpha2",
-            "PolicyReport",
-        ),
-    ] {
-        let schema = crd_schema(crd, api_version.split('/').nth(1).unwrap());
+    for api in REPORT_APIS {
+        let output = api.output;
         let epoch = [("SOURCE_DATE_EPOCH", "1700000000")];
         let first = cli::modelgate_env(&["audit", "-o", output, file], &epoch, None);
         let second = cli::modelgate_env(&["audit", "-o", output, file], &epoch, None);
@@ -814,7 +716,7 @@ fn both_report_apis_are_valid_for_their_crds_with_names_stable_across_runs() {
         let reports = documents(&first);
         assert_eq!(reports.len(), 8);
         for report in &reports {
-            check_well_formed(report, &schema, api_version, kind);
+            check_well_formed(report, api);
             for r in report["results"].as_array().unwrap() {
                 assert_eq!(r["timestamp"], json!({"seconds": 1700000000, "nanos": 0}));
             }
@@ -848,7 +750,6 @@ fn both_report_apis_are_valid_for_their_crds_with_names_stable_across_runs() {
 #[test]
 fn corpus_workloads_get_well_formed_reports() {
     let Some(corpus) = cli::corpus_dir() else {
-        println!("corpus not found, skipping");
         return;
     };
     let inputs: Vec<String> = [
@@ -867,21 +768,8 @@ fn corpus_workloads_get_well_formed_reports() {
     .iter()
     .map(|p| corpus.join(p).display().to_string())
     .collect();
-    for (output, crd, api_version, kind) in [
-        (
-            "openreports",
-            "openreports.io_reports.yaml",
-            "openreports.io/v1alpha1",
-            "Report",
-        ),
-        (
-            "policyreport",
-            "wgpolicyk8s.io_policyreports.yaml",
-            "wgpolicyk8s.io/v1alpha2",
-            "PolicyReport",
-        ),
-    ] {
-        let schema = crd_schema(crd, api_version.split('/').nth(1).unwrap());
+    for api in REPORT_APIS {
+        let output = api.output;
         let mut seen = std::collections::BTreeMap::new();
         let mut total = 0;
         // One directory per run: files in different directories reuse object names.
@@ -893,7 +781,7 @@ fn corpus_workloads_get_well_formed_reports() {
             total += reports.len();
             seen.clear();
             for report in &reports {
-                check_well_formed(report, &schema, api_version, kind);
+                check_well_formed(report, api);
                 let scope = &report["scope"];
                 let workload = (scope["kind"].to_string(), scope["name"].to_string());
                 let name = (

@@ -10,18 +10,22 @@
 //! others are still written (exit 2); nothing written or deleted when the workloads could not
 //! all be listed.
 
+#[path = "support/audit.rs"]
+mod audit_support;
 #[path = "common/cli.rs"]
 mod cli;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cli::{Run, assert_exit, command, finish, fixture};
+use audit_support::{
+    OPENREPORTS, POLICYREPORT, ReportApi, audit_cluster, check_results, rule_result,
+};
+use cli::{Run, assert_exit};
 use serde_json::{Value, json};
-use support::fake_apiserver::{FakeApiServer, NAMESPACES, POLICY_REPORTS, REPORTS, ReportRequest};
+use support::fake_apiserver::{FakeApiServer, POLICY_REPORTS, REPORTS, ReportRequest};
 
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-const RULES: [&str; 4] = ["non-root", "cache-prep", "model-cache", "schema"];
 
 /// The workloads the audit evaluates in [`populate`]'s cluster: plural, namespace, name. The
 /// fixture's ReplicaSet (counted through its Deployment) and kube-system Pod (exempt) get no
@@ -38,61 +42,10 @@ const EVALUATED: [(&str, &str, &str); 9] = [
     ("pods", "team-c", "plain-1"),
 ];
 
-/// The two report APIs: plural, apiVersion, kind, the name stderr gives the kind.
-#[derive(Clone, Copy)]
-struct Api {
-    plural: &'static str,
-    api_version: &'static str,
-    kind: &'static str,
-}
-
-const OPENREPORTS: Api = Api {
-    plural: REPORTS,
-    api_version: "openreports.io/v1alpha1",
-    kind: "Report",
-};
-const POLICYREPORT: Api = Api {
-    plural: POLICY_REPORTS,
-    api_version: "wgpolicyk8s.io/v1alpha2",
-    kind: "PolicyReport",
-};
-
-/// Runs `audit --from-cluster <args>` against the fake API server without blocking its runtime.
-async fn audit_cluster(api: &FakeApiServer, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let mut all = vec!["audit", "--from-cluster"];
-    all.extend_from_slice(args);
-    let mut cmd = command(&all);
-    cmd.env("KUBECONFIG", &kubeconfig);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    finish(out)
-}
-
 /// The fixture's workloads and Namespaces in the cluster, and two Pods without any security
-/// context (patched) in team-c.
+/// context (patched) in team-c: `plain-0` and `plain-1`.
 fn populate(api: &FakeApiServer) {
-    let text = std::fs::read_to_string(fixture("audit-workloads.yaml")).unwrap();
-    for d in modelgate::documents::read_documents("fixture", &text).unwrap() {
-        let kind = d.value["kind"].as_str().unwrap().to_string();
-        match kind.as_str() {
-            "Namespace" => {
-                api.apply(NAMESPACES, d.value);
-            }
-            "Service" => {}
-            _ => api.add_workload(&format!("{}s", kind.to_lowercase()), d.value),
-        }
-    }
-    for i in 0..2 {
-        api.add_workload(
-            "pods",
-            json!({"metadata": {"name": format!("plain-{i}"), "namespace": "team-c"},
-                   "spec": {"containers": [{"name": "a", "image": "b"}]}}),
-        );
-    }
+    audit_support::populate(api, 2);
 }
 
 /// The name of the report of a workload of the cluster.
@@ -145,7 +98,7 @@ fn ours() -> Value {
 }
 
 /// Everything a report of `workload` must say, in the API's own shape.
-fn check_report(api: Api, report: &Value, workload: &Value) {
+fn check_report(api: ReportApi, report: &Value, workload: &Value) {
     let what = format!("{} {:?}", api.kind, key(report));
     let meta = &workload["metadata"];
     assert_eq!(report["apiVersion"], api.api_version, "{what}");
@@ -191,64 +144,21 @@ fn check_report(api: Api, report: &Value, workload: &Value) {
     check_results(&what, report);
 }
 
-/// One result per rule, each complete, and a summary that counts them.
-fn check_results(what: &str, report: &Value) {
-    let results = report["results"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{what}: no results: {report:#}"));
-    let rules: Vec<&str> = results
-        .iter()
-        .map(|r| r["rule"].as_str().unwrap())
-        .collect();
-    let mut sorted = rules.clone();
-    sorted.sort();
-    let mut all = RULES.to_vec();
-    all.sort();
-    assert_eq!(sorted, all, "{what}: one result per rule");
-    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-    for r in results {
-        assert_eq!(r["policy"], "modelgate", "{what}: {r}");
-        assert_eq!(r["source"], "modelgate", "{what}: {r}");
-        let result = r["result"].as_str().unwrap();
-        assert!(
-            ["pass", "fail", "warn", "skip", "error"].contains(&result),
-            "{what}: {r}"
-        );
-        *counts.entry(result).or_default() += 1;
-        assert!(r["severity"].is_string(), "{what}: {r}");
-        assert!(r["message"].is_string(), "{what}: {r}");
-        if let Some(properties) = r.get("properties") {
-            assert!(
-                properties
-                    .as_object()
-                    .unwrap()
-                    .values()
-                    .all(Value::is_string),
-                "{what}: properties are strings: {r}"
-            );
-        }
-        assert!(
-            r["timestamp"]["seconds"].as_i64().unwrap() > 0,
-            "{what}: {r}"
-        );
-    }
-    for result in ["pass", "fail", "warn", "skip", "error"] {
-        assert_eq!(
-            report["summary"][result].as_u64().unwrap_or(0),
-            counts.get(result).copied().unwrap_or(0),
-            "{what}: summary.{result} in {report:#}"
-        );
-    }
+/// The count of what `--write-reports` did, as stderr says it: `reports: <counts>`.
+fn assert_summary(run: &Run, counts: &str) {
+    assert!(
+        run.stderr.contains(&format!("reports: {counts}")),
+        "reports: {counts} in\n{}",
+        run.stderr
+    );
 }
 
-/// The result of `rule` in `report`.
-fn result<'a>(report: &'a Value, rule: &str) -> &'a Value {
-    report["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["rule"] == rule)
-        .unwrap_or_else(|| panic!("no {rule} result in {report:#}"))
+/// The line of stderr that names `report` (`Kind namespace/name`).
+fn line_naming<'a>(run: &'a Run, report: &str) -> &'a str {
+    run.stderr
+        .lines()
+        .find(|l| l.contains(report))
+        .unwrap_or_else(|| panic!("{report} named in\n{}", run.stderr))
 }
 
 /// The requests of a run: those after the `before` first.
@@ -325,12 +235,7 @@ async fn each_workload_gets_one_report_applied_by_modelgate_and_owned_by_the_wor
     let run = audit_cluster(&api, &["--write-reports"]).await;
     // Deployment team-a/web is denied: exit codes as without reports.
     assert_exit(&run, 1);
-    assert!(
-        run.stderr
-            .contains("reports: 9 applied, 0 deleted, 0 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "9 applied, 0 deleted, 0 refused");
 
     let want = expected(&api, &[]);
     let stored = api.reports(REPORTS);
@@ -376,13 +281,7 @@ async fn a_second_run_applies_the_same_reports_in_place_reading_the_reports_in_p
 
     let second = audit_cluster(&api, &["--write-reports", "--page-size", "2"]).await;
     assert_exit(&second, 1);
-    assert!(
-        second
-            .stderr
-            .contains("reports: 9 applied, 0 deleted, 0 refused"),
-        "{}",
-        second.stderr
-    );
+    assert_summary(&second, "9 applied, 0 deleted, 0 refused");
     let after = api.reports(REPORTS);
     assert_eq!(keys(&after), keys(&before), "same names, same set");
     // Updated in place: same objects (uids), same content but for when it was evaluated.
@@ -446,12 +345,7 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
 
     let run = audit_cluster(&api, &["--write-reports", "--page-size", "2"]).await;
     assert_exit(&run, 1);
-    assert!(
-        run.stderr
-            .contains("reports: 9 applied, 2 deleted, 0 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "9 applied, 2 deleted, 0 refused");
     let requests = api.report_requests();
     assert_server_side_applies(&requests);
     assert_lists_by_label(&requests);
@@ -475,12 +369,7 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
     let seen = api.report_requests().len();
     let run = audit_cluster(&api, &["--write-reports"]).await;
     assert_exit(&run, 1);
-    assert!(
-        run.stderr
-            .contains("reports: 8 applied, 1 deleted, 0 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "8 applied, 1 deleted, 0 refused");
     assert_eq!(
         targets(&since(&api, seen), ReportRequest::is_delete),
         [("team-b".to_string(), ok.clone())].into()
@@ -498,12 +387,7 @@ async fn with_namespace_only_those_namespaces_are_written_and_pruned() {
 
     let run = audit_cluster(&api, &["-n", "team-a", "--write-reports"]).await;
     assert_exit(&run, 1);
-    assert!(
-        run.stderr
-            .contains("reports: 2 applied, 1 deleted, 0 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "2 applied, 1 deleted, 0 refused");
     let requests = api.report_requests();
     assert!(
         requests
@@ -538,33 +422,15 @@ async fn a_refused_write_is_named_with_its_reason_and_the_others_are_written() {
     let run = audit_cluster(&api, &["--write-reports"]).await;
     assert_exit(&run, 2);
     // team-b: 4 applies and the prune of its stale report refused; plain-0's apply refused.
-    assert!(
-        run.stderr
-            .contains("reports: 4 applied, 0 deleted, 6 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "4 applied, 0 deleted, 6 refused");
     for (plural, name) in [("pods", "ok"), ("daemonsets", "agent")] {
         let report = report_name(&api, plural, "team-b", name);
-        let line = run
-            .stderr
-            .lines()
-            .find(|l| l.contains(&format!("Report team-b/{report}")))
-            .unwrap_or_else(|| panic!("Report team-b/{report} named in\n{}", run.stderr));
+        let line = line_naming(&run, &format!("Report team-b/{report}"));
         assert!(line.contains("403") && line.contains("forbidden"), "{line}");
     }
-    assert!(
-        run.stderr
-            .lines()
-            .any(|l| l.contains(&format!("Report team-b/{gone}"))),
-        "the refused delete is named too:\n{}",
-        run.stderr
-    );
-    let line = run
-        .stderr
-        .lines()
-        .find(|l| l.contains(&format!("Report team-c/{plain0}")))
-        .unwrap_or_else(|| panic!("Report team-c/{plain0} named in\n{}", run.stderr));
+    // The refused delete is named too.
+    line_naming(&run, &format!("Report team-b/{gone}"));
+    let line = line_naming(&run, &format!("Report team-c/{plain0}"));
     assert!(
         line.contains("refused by the test's admission policy") && line.contains("422"),
         "{line}"
@@ -625,17 +491,9 @@ async fn a_report_crd_that_is_not_installed_is_a_refused_write() {
     let run = audit_cluster(&api, &["--write-reports"]).await;
     assert_exit(&run, 2);
     let web = report_name(&api, "deployments", "team-a", "web");
-    let line = run
-        .stderr
-        .lines()
-        .find(|l| l.contains(&format!("Report team-a/{web}")))
-        .unwrap_or_else(|| panic!("Report team-a/{web} named in\n{}", run.stderr));
+    let line = line_naming(&run, &format!("Report team-a/{web}"));
     assert!(line.contains("404"), "{line}");
-    assert!(
-        run.stderr.contains("reports: 0 applied, 0 deleted, "),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "0 applied, 0 deleted, ");
     assert!(api.reports(REPORTS).is_empty());
 }
 
@@ -653,12 +511,7 @@ async fn report_api_policyreport_writes_and_prunes_wgpolicyk8s_policyreports() {
 
     let run = audit_cluster(&api, &["--write-reports", "--report-api", "policyreport"]).await;
     assert_exit(&run, 1);
-    assert!(
-        run.stderr
-            .contains("reports: 9 applied, 1 deleted, 0 refused"),
-        "{}",
-        run.stderr
-    );
+    assert_summary(&run, "9 applied, 1 deleted, 0 refused");
     let want = expected(&api, &[]);
     let stored = api.reports(POLICY_REPORTS);
     assert_eq!(keys(&stored), want.keys().cloned().collect());
@@ -687,12 +540,8 @@ async fn report_api_policyreport_writes_and_prunes_wgpolicyk8s_policyreports() {
     let run = audit_cluster(&api, &["--write-reports", "--report-api", "policyreport"]).await;
     assert_exit(&run, 2);
     let nightly = report_name(&api, "cronjobs", "locked", "nightly");
-    assert!(
-        run.stderr
-            .contains(&format!("PolicyReport locked/{nightly}")),
-        "{}",
-        run.stderr
-    );
+    let line = line_naming(&run, &format!("PolicyReport locked/{nightly}"));
+    assert!(line.contains("403"), "{line}");
 }
 
 /// What enforcing would do is in the report: a denial as a `fail` of its rule with the
@@ -709,7 +558,7 @@ async fn a_denied_workload_fails_with_the_rule_message_and_a_patched_one_carries
     };
     let patched = |plural: &str, ns: &str, name: &str, rule: &str| {
         let r = report(plural, ns, name);
-        let result = result(&r, rule).clone();
+        let result = rule_result(&r, rule).clone();
         let patch = result["properties"]["patch"]
             .as_str()
             .unwrap_or_else(|| panic!("{rule} of {name} has no patch: {result:#}"));
@@ -721,7 +570,7 @@ async fn a_denied_workload_fails_with_the_rule_message_and_a_patched_one_carries
     };
 
     let web = report("deployments", "team-a", "web");
-    let non_root = result(&web, "non-root");
+    let non_root = rule_result(&web, "non-root");
     assert_eq!(non_root["result"], "fail", "{web:#}");
     assert!(
         non_root["message"].as_str().unwrap().contains(
@@ -764,7 +613,7 @@ async fn a_denied_workload_fails_with_the_rule_message_and_a_patched_one_carries
 
     // A Pod that names a model: the cache's outcome and reason.
     let llm = report("pods", "team-b", "llm");
-    let cache = result(&llm, "model-cache");
+    let cache = rule_result(&llm, "model-cache");
     for property in ["modelCacheOutcome", "modelCacheReason"] {
         assert!(
             cache["properties"][property]
@@ -778,7 +627,7 @@ async fn a_denied_workload_fails_with_the_rule_message_and_a_patched_one_carries
     let ok = report("pods", "team-b", "ok");
     assert_eq!(ok["summary"]["fail"].as_u64().unwrap_or(0), 0, "{ok:#}");
     assert_eq!(ok["summary"]["warn"].as_u64().unwrap_or(0), 0, "{ok:#}");
-    assert_eq!(result(&ok, "non-root")["result"], "pass", "{ok:#}");
+    assert_eq!(rule_result(&ok, "non-root")["result"], "pass", "{ok:#}");
 }
 
 /// One HTTP/1.1 request to the fake, as a client that is not kube-rs would send it: (status,

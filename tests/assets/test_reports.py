@@ -268,6 +268,7 @@ def test_reports_of_the_corpus(assets: Assets, modelgate_bin: Path, corpus: Path
     denied = sum(1 for d in docs if has(d, "fail", "error"))
     patched = sum(1 for d in docs if not has(d, "fail", "error") and has(d, "warn"))
     expect((denied, patched) == (counts["denied"], counts["patched"]), f"{(denied, patched)} against audit -o json {counts}")
+    expect(denied > 0 and patched > 0, f"the corpus has denials and patches to compare: {(denied, patched)}")
     # A fail says what the denial says, in the same words (the corpus has workloads of one name
     # in several files: any of theirs).
     denials: dict[tuple[str, str, str], list[str]] = {}

@@ -927,6 +927,17 @@ impl ReportResource {
     }
 }
 
+/// The `openAPIV3Schema` of the pinned CRD (tests/assets/crds) that applies of `plural`
+/// ([`REPORTS`] or [`POLICY_REPORTS`]) are checked against: what the tests validate `audit`'s
+/// reports with, whether applied here or written to stdout.
+pub fn report_schema(plural: &str) -> &'static Value {
+    REPORT_RESOURCES
+        .iter()
+        .find(|r| r.plural == plural)
+        .unwrap_or_else(|| panic!("{plural}: not a report resource"))
+        .schema()
+}
+
 /// One request to a report resource, as the server saw it and answered it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportRequest {

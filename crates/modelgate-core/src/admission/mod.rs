@@ -237,9 +237,13 @@ fn decide_object(
         Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
         Err(_) => req.namespace.as_str(),
     };
+    // Only an UPDATE of a controller looks for the object's text: finding it again in a body
+    // decoded in one pass scans the whole body a second time.
     let unchanged_template = || {
-        let object = raw.or_else(|| decode::raw_object(body));
-        template_update && !template_changed(kind, object, req.old_object.as_deref())
+        template_update && {
+            let object = raw.or_else(|| decode::raw_object(body));
+            !template_changed(kind, object, req.old_object.as_deref())
+        }
     };
     if is_exempt(ctx, namespace, &decoded) || unchanged_template() {
         let mut d = Decision::allow();

@@ -398,7 +398,9 @@ fn init_logging(format: LogFormat) -> log_writer::FlushGuard<std::io::Stderr> {
         .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .event_format(crate::server::log_format::TextFormat::default())
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)

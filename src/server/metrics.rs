@@ -8,6 +8,8 @@
 //! The `process_*` metrics (CPU, memory, file descriptors, start time) come from
 //! [`super::process_metrics`], registered here so that every `/metrics` carries them.
 
+use std::sync::OnceLock;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,8 +17,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admission::{Summary, Webhook};
+use crate::admission::{PolicyResult, Summary, Webhook};
 use crate::cache::metrics::LookupCounters;
+use crate::namespaces::Mode;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -104,6 +107,106 @@ pub struct Metrics {
     /// `modelgate_cache_lookups_total`, registered by the cache metrics, counted here from each
     /// admission's summary.
     cache_lookups: Option<LookupCounters>,
+    /// The series of `requests`, `duration` and `policy_results`, each kept at its first use.
+    series: SeriesCache,
+}
+
+/// Every `kind` label value; a kind's index here is its slot in [`SeriesCache`].
+const KIND_LABELS: [&str; 10] = [
+    "Pod",
+    "Job",
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "ReplicationController",
+    "CronJob",
+    "none",
+    "other",
+];
+
+/// Every `operation` label value, indexed as [`KIND_LABELS`].
+const OPERATION_LABELS: [&str; 5] = ["CREATE", "UPDATE", "DELETE", "CONNECT", "none"];
+
+const WEBHOOKS: [Webhook; 2] = [Webhook::Mutate, Webhook::Validate];
+
+fn webhook_index(webhook: Webhook) -> usize {
+    match webhook {
+        Webhook::Mutate => 0,
+        Webhook::Validate => 1,
+    }
+}
+
+fn kind_index(kind: &str) -> usize {
+    match kind {
+        "" => 8,
+        kind => KIND_LABELS[..8]
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(9),
+    }
+}
+
+fn operation_index(operation: &str) -> usize {
+    OPERATION_LABELS[..4]
+        .iter()
+        .position(|o| *o == operation)
+        .unwrap_or(4)
+}
+
+/// The label set of a duration series, as the index of its slot.
+#[derive(Clone, Copy)]
+struct DurationSlot(usize);
+
+const DURATION_SLOTS: usize = WEBHOOKS.len() * KIND_LABELS.len() * OPERATION_LABELS.len() * 2;
+const REQUEST_SLOTS: usize = DURATION_SLOTS * 4;
+const POLICY_SLOTS: usize = WEBHOOKS.len() * Mode::ALL.len() * PolicyResult::ALL.len();
+
+impl DurationSlot {
+    fn new(webhook: Webhook, kind: usize, operation: usize, dry_run: bool) -> Self {
+        let slot = (webhook_index(webhook) * KIND_LABELS.len() + kind) * OPERATION_LABELS.len();
+        DurationSlot((slot + operation) * 2 + usize::from(dry_run))
+    }
+
+    fn labels(self) -> DurationLabels {
+        let i = self.0;
+        let operation = (i / 2) % OPERATION_LABELS.len();
+        let kind = (i / 2 / OPERATION_LABELS.len()) % KIND_LABELS.len();
+        let webhook = i / 2 / OPERATION_LABELS.len() / KIND_LABELS.len();
+        DurationLabels {
+            webhook: WEBHOOKS[webhook].as_str(),
+            kind: KIND_LABELS[kind],
+            operation: OPERATION_LABELS[operation],
+            dry_run: i % 2 == 1,
+        }
+    }
+
+    fn request(self, allowed: bool, mutated: bool) -> usize {
+        self.0 * 4 + usize::from(allowed) * 2 + usize::from(mutated)
+    }
+}
+
+/// Handles on the per-admission series, each looked up in its family once and then kept: a
+/// family lookup hashes the whole label set and takes the family's lock, which every request
+/// shares. A handle shares its value with the family's series, so `/metrics` reads what they
+/// count; a series appears in `/metrics` at its first use, as it did without the cache.
+struct SeriesCache {
+    requests: Box<[OnceLock<Counter>]>,
+    duration: Box<[OnceLock<Histogram>]>,
+    policy_results: Box<[OnceLock<Counter>]>,
+}
+
+impl SeriesCache {
+    fn new() -> Self {
+        fn slots<M>(n: usize) -> Box<[OnceLock<M>]> {
+            (0..n).map(|_| OnceLock::new()).collect()
+        }
+        SeriesCache {
+            requests: slots(REQUEST_SLOTS),
+            duration: slots(DURATION_SLOTS),
+            policy_results: slots(POLICY_SLOTS),
+        }
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -113,28 +216,11 @@ impl std::fmt::Debug for Metrics {
 }
 
 pub fn kind_label(kind: &str) -> &'static str {
-    match kind {
-        "Pod" => "Pod",
-        "Job" => "Job",
-        "Deployment" => "Deployment",
-        "StatefulSet" => "StatefulSet",
-        "DaemonSet" => "DaemonSet",
-        "ReplicaSet" => "ReplicaSet",
-        "ReplicationController" => "ReplicationController",
-        "CronJob" => "CronJob",
-        "" => "none",
-        _ => "other",
-    }
+    KIND_LABELS[kind_index(kind)]
 }
 
 pub fn operation_label(operation: &str) -> &'static str {
-    match operation {
-        "CREATE" => "CREATE",
-        "UPDATE" => "UPDATE",
-        "DELETE" => "DELETE",
-        "CONNECT" => "CONNECT",
-        _ => "none",
-    }
+    OPERATION_LABELS[operation_index(operation)]
 }
 
 impl Default for Metrics {
@@ -234,30 +320,55 @@ impl Metrics {
             accept_paused,
             open_connections,
             cache_lookups: None,
+            series: SeriesCache::new(),
         }
     }
 
     /// Records a request the pipeline answered.
     pub fn admission(&self, webhook: Webhook, summary: &Summary, seconds: f64) {
-        let kind = kind_label(&summary.kind);
-        let operation = operation_label(&summary.operation);
-        self.requests
-            .get_or_create(&RequestLabels {
-                webhook: webhook.as_str(),
-                kind,
-                operation,
-                allowed: summary.allowed,
-                mutated: summary.patch_operations > 0,
-                dry_run: summary.dry_run,
+        let slot = DurationSlot::new(
+            webhook,
+            kind_index(&summary.kind),
+            operation_index(&summary.operation),
+            summary.dry_run,
+        );
+        let mutated = summary.patch_operations > 0;
+        self.series.requests[slot.request(summary.allowed, mutated)]
+            .get_or_init(|| {
+                let DurationLabels {
+                    webhook,
+                    kind,
+                    operation,
+                    dry_run,
+                } = slot.labels();
+                self.requests.get_or_create_owned(&RequestLabels {
+                    webhook,
+                    kind,
+                    operation,
+                    allowed: summary.allowed,
+                    mutated,
+                    dry_run,
+                })
             })
             .inc();
-        self.observe(webhook, kind, operation, summary.dry_run, seconds);
+        self.observe_slot(slot, seconds);
         if let (Some(mode), Some(result)) = (summary.mode, summary.result) {
-            self.policy_results
-                .get_or_create(&PolicyResultLabels {
-                    webhook: webhook.as_str(),
-                    mode: mode.as_str(),
-                    result: result.as_str(),
+            let mode_index = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0);
+            let result_index = PolicyResult::ALL
+                .iter()
+                .position(|r| *r == result)
+                .unwrap_or(0);
+            let slot = (webhook_index(webhook) * Mode::ALL.len() + mode_index)
+                * PolicyResult::ALL.len()
+                + result_index;
+            self.series.policy_results[slot]
+                .get_or_init(|| {
+                    self.policy_results
+                        .get_or_create_owned(&PolicyResultLabels {
+                            webhook: webhook.as_str(),
+                            mode: mode.as_str(),
+                            result: result.as_str(),
+                        })
                 })
                 .inc();
         }
@@ -269,6 +380,8 @@ impl Metrics {
         }
     }
 
+    /// Records the duration of a request; `kind` and `operation` are label values
+    /// ([`kind_label`], [`operation_label`]).
     pub fn observe(
         &self,
         webhook: Webhook,
@@ -277,13 +390,17 @@ impl Metrics {
         dry_run: bool,
         seconds: f64,
     ) {
-        self.duration
-            .get_or_create(&DurationLabels {
-                webhook: webhook.as_str(),
-                kind,
-                operation,
-                dry_run,
-            })
+        let kind = KIND_LABELS.iter().position(|k| *k == kind).unwrap_or(9);
+        let operation = operation_index(operation);
+        self.observe_slot(
+            DurationSlot::new(webhook, kind, operation, dry_run),
+            seconds,
+        );
+    }
+
+    fn observe_slot(&self, slot: DurationSlot, seconds: f64) {
+        self.series.duration[slot.0]
+            .get_or_init(|| self.duration.get_or_create_owned(&slot.labels()))
             .observe(seconds);
     }
 
@@ -444,6 +561,77 @@ mod tests {
         assert_eq!(
             documented("modelgate_connections_dropped_total"),
             CONNECTION_DROP_REASONS
+        );
+    }
+
+    #[test]
+    fn every_series_slot_carries_its_own_labels() {
+        let mut seen = std::collections::HashSet::new();
+        for webhook in WEBHOOKS {
+            for kind in KIND_LABELS {
+                for operation in OPERATION_LABELS {
+                    for dry_run in [false, true] {
+                        let slot = DurationSlot::new(
+                            webhook,
+                            KIND_LABELS.iter().position(|k| *k == kind).unwrap(),
+                            operation_index(operation),
+                            dry_run,
+                        );
+                        assert!(slot.0 < DURATION_SLOTS);
+                        assert!(seen.insert(slot.0), "two label sets share a slot");
+                        let want = DurationLabels {
+                            webhook: webhook.as_str(),
+                            kind,
+                            operation,
+                            dry_run,
+                        };
+                        assert_eq!(slot.labels(), want);
+                        for (allowed, mutated) in [(false, false), (true, false), (true, true)] {
+                            assert!(slot.request(allowed, mutated) < REQUEST_SLOTS);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(kind_label(""), "none");
+        assert_eq!(kind_label("Pod"), "Pod");
+        assert_eq!(operation_label("CONNECT"), "CONNECT");
+    }
+
+    #[test]
+    fn kept_series_count_in_the_exposition_each_under_its_labels() {
+        let m = Metrics::new();
+        let admission = |kind: &str, dry_run, patch_operations| Summary {
+            kind: kind.into(),
+            operation: "CREATE".into(),
+            allowed: true,
+            dry_run,
+            patch_operations,
+            mode: Some(Mode::Warn),
+            result: Some(PolicyResult::WouldPatch),
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            m.admission(Webhook::Mutate, &admission("Pod", false, 2), 0.001);
+        }
+        m.admission(Webhook::Mutate, &admission("Pod", true, 2), 0.001);
+        m.admission(Webhook::Validate, &admission("Service", false, 0), 0.001);
+        m.observe(Webhook::Mutate, "none", "none", false, 0.001);
+        let text = m.encode().unwrap();
+        for want in [
+            r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="false"} 3"#,
+            r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="true"} 1"#,
+            r#"modelgate_admission_requests_total{webhook="validate",kind="other",operation="CREATE",allowed="true",mutated="false",dry_run="false"} 1"#,
+            r#"modelgate_admission_duration_seconds_count{webhook="mutate",kind="Pod",operation="CREATE",dry_run="false"} 3"#,
+            r#"modelgate_admission_duration_seconds_count{webhook="mutate",kind="none",operation="none",dry_run="false"} 1"#,
+            r#"modelgate_policy_results_total{webhook="mutate",mode="warn",result="would_patch"} 4"#,
+            r#"modelgate_policy_results_total{webhook="validate",mode="warn",result="would_patch"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == want), "{want} missing in\n{text}");
+        }
+        assert!(
+            !text.contains(r#"mode="enforce""#),
+            "a series appears only once used"
         );
     }
 

@@ -16,6 +16,7 @@
 
 pub mod deadline;
 pub mod limits;
+pub mod log_format;
 pub mod log_writer;
 pub mod metrics;
 pub mod process_metrics;
@@ -34,6 +35,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::FutureExt as _;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -763,14 +765,19 @@ struct Refusal {
 }
 
 /// Reads the body: at most `--max-body-bytes`, each part within `--body-progress-timeout` of
-/// the one before, all of it within the request's budget. From its first part on, the request
-/// holds one of the `--max-requests-in-flight` slots, returned with the body. Requests wait for
-/// a slot in arrival order (a busy moment delays them, whoever sent them); one that has none
-/// within the progress timeout gets 429.
+/// the one before, all of it within the request's budget (counted from `arrived`). From its
+/// first part on, the request holds one of the `--max-requests-in-flight` slots, returned with
+/// the body. Requests wait for a slot in arrival order (a busy moment delays them, whoever sent
+/// them); one that has none within the progress timeout gets 429.
+///
+/// A part that is already there and a free slot are taken without arming a timer (the usual
+/// case: the whole body came with the headers); a body that comes in one part is passed on as
+/// it came, without a copy.
 async fn read_body<'s>(
     state: &'s AppState,
     req: Request,
     budget: Budget,
+    arrived: Instant,
 ) -> Result<(axum::body::Bytes, SemaphorePermit<'s>), Refusal> {
     let limit = state.max_body_bytes;
     let too_large = |declared: Option<u64>| Refusal {
@@ -810,59 +817,85 @@ async fn read_body<'s>(
         return Err(too_large(Some(n)));
     }
     let progress = state.limits.body_progress_timeout;
-    let deadline = tokio::time::Instant::now() + budget.budget;
+    let deadline = tokio::time::Instant::from_std(arrived) + budget.budget;
     let mut body = Limited::new(req.into_body(), limit);
     let mut slot = None;
-    let mut bytes = Vec::new();
+    // The first part as it came; a second part starts a copy of both into `joined`.
+    let mut first: Option<axum::body::Bytes> = None;
+    let mut joined = Vec::new();
     loop {
-        let next = (tokio::time::Instant::now() + progress).min(deadline);
-        let frame = match tokio::time::timeout_at(next, body.frame()).await {
-            Ok(frame) => frame,
-            Err(_) if next >= deadline => {
-                return Err(Refusal {
-                    status: StatusCode::REQUEST_TIMEOUT,
-                    reason: "deadline_exceeded",
-                    status_reason: "Timeout",
-                    message: format!(
-                        "the request body did not arrive within {:?} (the {:?} timeout less a margin for the answer); nothing was decided",
-                        budget.budget, budget.timeout
-                    ),
-                });
-            }
-            Err(_) => {
-                return Err(Refusal {
-                    status: StatusCode::REQUEST_TIMEOUT,
-                    reason: "body_stalled",
-                    status_reason: "Timeout",
-                    message: format!(
-                        "no part of the request body arrived for {progress:?} (--body-progress-timeout); nothing was decided"
-                    ),
-                });
+        let frame = match body.frame().now_or_never() {
+            Some(frame) => frame,
+            None => {
+                let next = (tokio::time::Instant::now() + progress).min(deadline);
+                match tokio::time::timeout_at(next, body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) if next >= deadline => {
+                        return Err(Refusal {
+                            status: StatusCode::REQUEST_TIMEOUT,
+                            reason: "deadline_exceeded",
+                            status_reason: "Timeout",
+                            message: format!(
+                                "the request body did not arrive within {:?} (the {:?} timeout less a margin for the answer); nothing was decided",
+                                budget.budget, budget.timeout
+                            ),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(Refusal {
+                            status: StatusCode::REQUEST_TIMEOUT,
+                            reason: "body_stalled",
+                            status_reason: "Timeout",
+                            message: format!(
+                                "no part of the request body arrived for {progress:?} (--body-progress-timeout); nothing was decided"
+                            ),
+                        });
+                    }
+                }
             }
         };
         if slot.is_none() {
-            let wait = (tokio::time::Instant::now() + progress).min(deadline);
-            let Ok(Ok(permit)) = tokio::time::timeout_at(wait, state.body_slots.acquire()).await
-            else {
-                return Err(Refusal {
-                    status: StatusCode::TOO_MANY_REQUESTS,
-                    reason: "too_many_requests",
-                    status_reason: "TooManyRequests",
-                    message: format!(
-                        "{} requests were being read for {progress:?} (--max-requests-in-flight); retry",
-                        state.limits.max_requests_in_flight
-                    ),
-                });
+            // A free slot is taken at once; `try_acquire` finds none while others wait for one,
+            // so the order of arrival holds.
+            let permit = match state.body_slots.try_acquire() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    let wait = (tokio::time::Instant::now() + progress).min(deadline);
+                    let Ok(Ok(permit)) =
+                        tokio::time::timeout_at(wait, state.body_slots.acquire()).await
+                    else {
+                        return Err(Refusal {
+                            status: StatusCode::TOO_MANY_REQUESTS,
+                            reason: "too_many_requests",
+                            status_reason: "TooManyRequests",
+                            message: format!(
+                                "{} requests were being read for {progress:?} (--max-requests-in-flight); retry",
+                                state.limits.max_requests_in_flight
+                            ),
+                        });
+                    };
+                    permit
+                }
             };
-            // The declared length, now that the body is really coming (never above the limit).
-            bytes.reserve(declared.unwrap_or(0) as usize);
             slot = Some(permit);
         }
         match frame {
             None => break,
             Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    bytes.extend_from_slice(&data);
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                match first.take() {
+                    None if joined.is_empty() => first = Some(data),
+                    held => {
+                        if let Some(held) = held {
+                            // The declared length (never above the limit), now that the body
+                            // is really coming in parts.
+                            joined.reserve((declared.unwrap_or(0) as usize).max(held.len()));
+                            joined.extend_from_slice(&held);
+                        }
+                        joined.extend_from_slice(&data);
+                    }
                 }
             }
             Some(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large(None)),
@@ -877,7 +910,8 @@ async fn read_body<'s>(
         }
     }
     let slot = slot.expect("taken at the first frame or the end of the body");
-    Ok((bytes.into(), slot))
+    let bytes = first.unwrap_or_else(|| joined.into());
+    Ok((bytes, slot))
 }
 
 /// A string from the request, for a log line: control characters (newlines above all) are
@@ -907,7 +941,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let started = Instant::now();
     let _inflight = state.metrics.inflight();
     let budget = Budget::from_query(req.uri().query());
-    let (body, _slot) = match read_body(&state, req, budget).await {
+    let (body, _slot) = match read_body(&state, req, budget, started).await {
         Ok(read) => read,
         Err(r) => {
             let seconds = started.elapsed().as_secs_f64();

@@ -19,8 +19,10 @@
 //!      same bytes);
 //! 3. drives both with the same client (hyper over tokio-rustls, kept-alive connections): for
 //!    HTTP/1.1, one connection per concurrent request; for HTTP/2, one connection carrying all
-//!    concurrent streams (as the API server's Go client does); at each concurrency, floor and
-//!    serve alternate so that other load on the machine hits both alike;
+//!    concurrent streams (as the API server's Go client does), or `--h2-connections N` sharing
+//!    them (serve allows 16 streams per connection); at each concurrency, floor and serve
+//!    alternate so that other load on the machine hits both alike (`--protocols h1` or `h2`
+//!    measures one protocol only);
 //! 4. prints requests/s, p50, p99, p99.9 and the ratios to the floor, and both servers' peak RSS
 //!    (`VmHWM` in `/proc/<pid>/status`);
 //! 5. starts `serve` again with the cluster state of benches/cache_lookup.rs at 100 000 (100 000
@@ -159,6 +161,8 @@ struct Options {
     caches_100k: usize,
     /// A command to run serve under (`valgrind --tool=callgrind`), split at spaces.
     serve_prefix: Vec<String>,
+    /// The same for the floor, for its instruction count next to serve's.
+    floor_prefix: Vec<String>,
     /// `RUST_LOG` for serve (default: unset, so serve's own default `info`: one line per
     /// admission); `warn` measures serve without the admission line.
     serve_log: Option<String>,
@@ -166,6 +170,11 @@ struct Options {
     go_client: Option<PathBuf>,
     /// Further arguments for it, split at spaces.
     go_args: Vec<String>,
+    /// The protocols measured, in order.
+    protocols: Vec<Proto>,
+    /// HTTP/2 connections the concurrent streams are spread over (serve allows 16 streams per
+    /// connection by default, so 64 streams need 4 connections to be in flight at once).
+    h2_connections: usize,
 }
 
 fn parse_options() -> anyhow::Result<Options> {
@@ -178,9 +187,12 @@ fn parse_options() -> anyhow::Result<Options> {
         rss: true,
         caches_100k: 100_000,
         serve_prefix: Vec::new(),
+        floor_prefix: Vec::new(),
         serve_log: None,
         go_client: None,
         go_args: Vec::new(),
+        protocols: vec![Proto::H1, Proto::H2],
+        h2_connections: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -201,14 +213,30 @@ fn parse_options() -> anyhow::Result<Options> {
             "--serve-prefix" => {
                 o.serve_prefix = value()?.split_whitespace().map(String::from).collect()
             }
+            "--floor-prefix" => {
+                o.floor_prefix = value()?.split_whitespace().map(String::from).collect()
+            }
             "--serve-log" => o.serve_log = Some(value()?),
             "--go-client" => o.go_client = Some(value()?.into()),
             "--go-args" => o.go_args = value()?.split_whitespace().map(String::from).collect(),
+            "--protocols" => {
+                o.protocols = value()?
+                    .split(',')
+                    .map(|p| match p {
+                        "h1" | "http/1.1" => Ok(Proto::H1),
+                        "h2" => Ok(Proto::H2),
+                        other => Err(anyhow::anyhow!("--protocols: {other} is not h1 or h2")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--h2-connections" => o.h2_connections = value()?.parse()?,
             "-h" | "--help" => {
                 println!(
                     "usage: loadgen [--requests N] [--warmup N] [--max-seconds S] \
-                     [--concurrency 1,16,64] [--review NAME] [--caches-count N] [--no-rss] \
-                     [--serve-prefix 'valgrind --tool=callgrind'] [--serve-log RUST_LOG] \
+                     [--concurrency 1,16,64] [--protocols h1,h2] [--h2-connections N] \
+                     [--review NAME] [--caches-count N] [--no-rss] \
+                     [--serve-prefix 'valgrind --tool=callgrind'] [--floor-prefix '…'] \
+                     [--serve-log RUST_LOG] \
                      [--go-client PATH [--go-args 'ARGS']]\n\
                      NAME is a file in benches/reviews without .json (default llm-serving-pod)"
                 );
@@ -218,8 +246,8 @@ fn parse_options() -> anyhow::Result<Options> {
         }
     }
     anyhow::ensure!(
-        o.requests > 0 && !o.concurrency.contains(&0),
-        "--requests and --concurrency must be positive"
+        o.requests > 0 && !o.concurrency.contains(&0) && o.h2_connections > 0,
+        "--requests, --concurrency and --h2-connections must be positive"
     );
     Ok(o)
 }
@@ -336,9 +364,19 @@ fn spawn_floor(
     certs: &modelgate::cli::certs::DevCerts,
     review: &Path,
     caches: &Path,
+    prefix: &[String],
 ) -> anyhow::Result<Server> {
     let addr = free_port()?;
-    let child = Command::new(std::env::current_exe()?)
+    let exe = std::env::current_exe()?;
+    let mut command = match prefix {
+        [] => Command::new(&exe),
+        [program, args @ ..] => {
+            let mut c = Command::new(program);
+            c.args(args).arg(&exe);
+            c
+        }
+    };
+    let child = command
         .arg("floor")
         .arg(addr.to_string())
         .arg(&certs.cert)
@@ -354,7 +392,7 @@ fn spawn_floor(
         name: "floor",
         child,
         addr,
-        graceful: false,
+        graceful: !prefix.is_empty(),
     })
 }
 
@@ -432,8 +470,13 @@ impl Client {
         })
     }
 
-    /// Connections for `concurrency` requests in flight.
-    async fn connections(&self, concurrency: usize) -> anyhow::Result<Vec<Conn>> {
+    /// Connections for `concurrency` requests in flight; for h2, streams spread round-robin
+    /// over `h2_connections` connections.
+    async fn connections(
+        &self,
+        concurrency: usize,
+        h2_connections: usize,
+    ) -> anyhow::Result<Vec<Conn>> {
         let mut conns = Vec::new();
         match self.proto {
             Proto::H1 => {
@@ -442,11 +485,15 @@ impl Client {
                 }
             }
             Proto::H2 => {
-                let Conn::H2(send) = self.connect().await? else {
-                    unreachable!()
-                };
-                for _ in 0..concurrency {
-                    conns.push(Conn::H2(send.clone()));
+                let mut sends = Vec::new();
+                for _ in 0..h2_connections.min(concurrency) {
+                    let Conn::H2(send) = self.connect().await? else {
+                        unreachable!()
+                    };
+                    sends.push(send);
+                }
+                for i in 0..concurrency {
+                    conns.push(Conn::H2(sends[i % sends.len()].clone()));
                 }
             }
         }
@@ -568,7 +615,7 @@ async fn scenario(
     body: &Bytes,
     o: &Options,
 ) -> anyhow::Result<Measured> {
-    let conns = client.connections(concurrency).await?;
+    let conns = client.connections(concurrency, o.h2_connections).await?;
     // Warm up on the same connections (TLS sessions, allocator, caches), then measure.
     let limit = Duration::from_secs(o.max_seconds);
     let (_, conns) = drive(conns, client.addr, body, o.warmup, limit).await?;
@@ -644,7 +691,13 @@ fn driver_main() -> anyhow::Result<()> {
         &o.serve_prefix,
         o.serve_log.as_deref(),
     )?;
-    let floor = spawn_floor(dir.path(), &certs, &review_path, &caches_path)?;
+    let floor = spawn_floor(
+        dir.path(),
+        &certs,
+        &review_path,
+        &caches_path,
+        &o.floor_prefix,
+    )?;
 
     runtime.block_on(async {
         for server in [&floor, &serve] {
@@ -681,7 +734,7 @@ fn driver_main() -> anyhow::Result<()> {
     }
     let rows = runtime.block_on(async {
         let mut rows = Vec::new();
-        for proto in [Proto::H1, Proto::H2] {
+        for &proto in &o.protocols {
             for &c in &o.concurrency {
                 let mut pair = Vec::new();
                 for server in [&floor, &serve] {
@@ -709,6 +762,16 @@ fn driver_main() -> anyhow::Result<()> {
     println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut out = std::io::stdout().lock();
     for (proto, c, f, s) in &rows {
+        let c = match proto {
+            Proto::H2 if o.h2_connections > 1 => {
+                format!(
+                    "{}×{}",
+                    o.h2_connections.min(*c),
+                    c.div_ceil(o.h2_connections)
+                )
+            }
+            _ => c.to_string(),
+        };
         for (name, m) in [("floor", f), ("serve", s)] {
             let note = match (m.errors, m.timed_out) {
                 (0, false) => String::new(),

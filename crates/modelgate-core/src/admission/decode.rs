@@ -14,7 +14,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{Decision, DecodedObject, Summary, WorkloadKind};
-use crate::policy::view::{JobView, PodView};
+use crate::policy::view::{JobView, PodView, scan};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApiVersion {
@@ -285,8 +285,11 @@ impl Request {
     ) -> Result<(Request, ObjectInput<'_>), DecodeError> {
         // JSON text is UTF-8, and serde_json checks it only in the strings it decodes: checked
         // here once for the whole body, so that skipped strings are checked too.
+        // First through the structural scan, which skips unread values faster and hands every
+        // body it does not take (see `scan`) to serde_json, which decides.
         if let Ok(text) = std::str::from_utf8(body)
-            && let Ok(review) = serde_json::from_str::<FastReview>(text)
+            && let Ok(review) = scan::from_str::<FastReview>(text)
+                .or_else(|_| serde_json::from_str::<FastReview>(text).map_err(|_| scan::Bail))
             && review.kind == "AdmissionReview"
             && let Some(api_version) = ApiVersion::parse(&review.api_version)
             && let r = review.request
@@ -460,5 +463,65 @@ impl Request {
             model_cache: decision.model_cache,
             error: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+
+    /// The reference reviews, and a controller's UPDATE (its object and old object kept as raw
+    /// text), are read by the structural scan itself, not by the serde_json pass behind it: a
+    /// change that made the scan refuse them would keep every answer and lose the speed.
+    #[test]
+    fn the_api_server_s_reviews_are_decoded_by_the_scan() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../benches/reviews");
+        for name in [
+            "llm-serving-pod",
+            "one-container-pod",
+            "twenty-container-pod",
+        ] {
+            let pretty = std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap();
+            let compact =
+                serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&pretty).unwrap())
+                    .unwrap();
+            for text in [&pretty, &compact] {
+                let review = scan::from_str::<FastReview>(text).expect(name);
+                assert!(matches!(
+                    review.request.object,
+                    Some(ObjectInput::Decoded(_))
+                ));
+                assert_eq!(
+                    review.request.uid.as_deref(),
+                    Some(&*format!("bench-{name}"))
+                );
+            }
+        }
+        let update = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "operation": "UPDATE",
+                "object": {"kind": "Deployment", "spec": {"replicas": 2}},
+                "oldObject": {"kind": "Deployment", "spec": {"replicas": 1}},
+                "dryRun": false
+            }
+        })
+        .to_string();
+        let review = scan::from_str::<FastReview>(&update).expect("a controller's update");
+        let Some(ObjectInput::Raw(object)) = review.request.object else {
+            panic!("the object is kept raw");
+        };
+        assert_eq!(
+            object.get(),
+            r#"{"kind":"Deployment","spec":{"replicas":2}}"#
+        );
+        assert_eq!(
+            review.request.old_object.map(RawValue::get),
+            Some(r#"{"kind":"Deployment","spec":{"replicas":1}}"#)
+        );
+        assert!(matches!(review.request.operation, Some(Operation::Update)));
     }
 }

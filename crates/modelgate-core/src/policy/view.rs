@@ -5,7 +5,7 @@
 //! - every field listed here is type-checked against its Kubernetes schema (`runAsUser: "0"` or
 //!   `1000.5` is an error, and [`decode_pod`]/[`decode_job`] name the field's path);
 //! - every other field is skipped without being allocated or type-checked, but the whole text must
-//!   still be well-formed JSON (serde's `IgnoredAny` parses what it skips);
+//!   still be well-formed JSON (serde's `IgnoredAny` checks what it skips);
 //! - strings borrow from the text unless they hold an escape;
 //! - the field semantics are k8s-openapi's: `null` is the same as absent, a missing required field
 //!   (a container's `name`) reads as empty, and a key given twice keeps its last value (Go's
@@ -15,6 +15,10 @@
 //!
 //! serde_json limits nesting to 128 levels where a value is decoded; what it skips, it skips with a
 //! heap stack, so deep nesting in an unread field costs no stack either.
+//!
+//! The views are decoded first through [`scan`], which skips unread values with a structural scan
+//! and accepts a subset of what serde_json accepts, giving the same views; whatever it does not
+//! accept is decoded again by serde_json, which decides (and names the field that fails).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,6 +27,15 @@ use std::ops::Deref;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
+
+#[path = "view/scan.rs"]
+pub mod scan;
+
+/// `text` decoded as `T` by [`scan`] when it can, else by serde_json (the same value, or
+/// serde_json's error).
+pub fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> {
+    scan::from_str(text).or_else(|_| serde_json::from_str(text))
+}
 
 /// A string of the object: borrowed from the JSON text, owned only when it held an escape.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -340,7 +353,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for InitContainerView<'a> {
         // strings still borrow from the review. (A failure is named by the path-tracking pass,
         // which decodes init containers as plain `ContainerView`s.)
         let raw = <&'a RawValue>::deserialize(d)?;
-        let container = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+        let container = from_str(raw.get()).map_err(de::Error::custom)?;
         Ok(InitContainerView { container, raw })
     }
 }
@@ -645,23 +658,23 @@ impl fmt::Display for DecodeFailure {
 /// Decodes a Pod. On the happy path one pass; on failure a second pass, with path tracking, only
 /// to name the field.
 pub fn decode_pod(text: &str) -> Result<PodView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
+    from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a batch/v1 Job, as [`decode_pod`].
 pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
+    from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController, as
 /// [`decode_pod`].
 pub fn decode_controller(text: &str) -> Result<ControllerView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<ControllerOf<'_, ContainerView<'_>>>(text))
+    from_str(text).map_err(|_| failure::<ControllerOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a batch/v1 CronJob, as [`decode_pod`].
 pub fn decode_cron_job(text: &str) -> Result<CronJobView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<CronJobOf<'_, ContainerView<'_>>>(text))
+    from_str(text).map_err(|_| failure::<CronJobOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes `text` again as `T` (the same views, init containers without their raw text), tracking

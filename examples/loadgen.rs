@@ -28,6 +28,10 @@
 //! 5. starts `serve` again with the cluster state of benches/cache_lookup.rs at 100 000 (100 000
 //!    caches with status, 100 000 PVCs, 5 000 Nodes) and reports its RSS once it serves.
 //!
+//! `--review NAME` picks the review in benches/reviews (default `llm-serving-pod`, as written);
+//! a name ending in `-compact` sends that review without whitespace, the bytes the API server
+//! sends (`llm-serving-pod-compact`).
+//!
 //! With `--go-client PATH`, steps 3 to 5 are replaced by running PATH, the Go load generator of
 //! `tests/apiserver/src/apiserver/cmd/loadgen` (kube-apiserver's own webhook client), against the
 //! two servers: `PATH -serve URL -floor URL -ca FILE -review FILE -serve-pid PID -floor-pid PID`
@@ -61,6 +65,9 @@ use modelgate::server::tls::TlsFiles;
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use tokio_rustls::TlsConnector;
+
+#[path = "support/compact_json.rs"]
+mod compact_json;
 
 const REVIEWS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/reviews");
 
@@ -663,11 +670,14 @@ fn driver_main() -> anyhow::Result<()> {
     let o = parse_options()?;
     let dir = tempfile::tempdir()?;
     let certs = modelgate::cli::certs::ensure_dev_certs(&dir.path().join("certs"))?;
-    let review_path = Path::new(REVIEWS).join(format!("{}.json", o.review));
-    let caches_path = Path::new(REVIEWS).join("caches.json");
+    // The servers and the Go client read the review from a file: the bytes this client sends.
     let body = Bytes::from(
-        std::fs::read(&review_path).with_context(|| review_path.display().to_string())?,
+        compact_json::read_review(Path::new(REVIEWS), &o.review)
+            .with_context(|| format!("review {} in {REVIEWS}", o.review))?,
     );
+    let review_path = dir.path().join("review.json");
+    std::fs::write(&review_path, &body)?;
+    let caches_path = Path::new(REVIEWS).join("caches.json");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

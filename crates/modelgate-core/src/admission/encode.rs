@@ -6,7 +6,6 @@
 
 use std::borrow::Cow;
 
-use base64::Engine;
 use serde::Serialize;
 
 use super::decode::Envelope;
@@ -94,15 +93,7 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
     if let Some(patch) = decision.patch.as_ref().filter(|p| !p.is_empty()) {
         let json = patch.as_bytes();
         out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
-        let start = out.len();
-        let len = base64::encoded_len(json.len(), true).ok_or_else(|| {
-            serde_json::Error::io(std::io::Error::other("patch too large to encode"))
-        })?;
-        out.resize(start + len, 0);
-        let written = base64::engine::general_purpose::STANDARD
-            .encode_slice(json, &mut out[start..])
-            .map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
-        out.truncate(start + written);
+        push_base64(&mut out, json).map_err(serde_json::Error::io)?;
         out.push(b'"');
     }
     if !decision.warnings.is_empty() {
@@ -121,6 +112,18 @@ fn write_review(envelope: &Envelope, decision: &Decision) -> serde_json::Result<
     }
     out.extend_from_slice(b"}}");
     Ok(out)
+}
+
+/// Appends `input` in standard base64 with padding. The encoder writes through its own block
+/// into the body's spare room, so the body is not zeroed first as `encode_slice` needs it.
+fn push_base64(out: &mut Vec<u8>, input: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    out.reserve(input.len().div_ceil(3) * 4);
+    let mut encoder =
+        base64::write::EncoderWriter::new(out, &base64::engine::general_purpose::STANDARD);
+    encoder.write_all(input)?;
+    encoder.finish()?;
+    Ok(())
 }
 
 /// HTTP 400 with a Kubernetes `Status` body, for a body that is no AdmissionReview at all.
@@ -145,7 +148,29 @@ pub(super) fn bad_request(message: String, error: &'static str) -> Outcome {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+
     use super::*;
+
+    #[test]
+    fn base64_is_the_standard_alphabet_with_padding() {
+        // Every length up to a few blocks, every byte value, and an arbitrary byte mix.
+        let mut bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..600 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            bytes.push(x as u8);
+        }
+        for len in 0..bytes.len() {
+            let mut out = b"prefix".to_vec();
+            push_base64(&mut out, &bytes[..len]).unwrap();
+            let expected = base64::engine::general_purpose::STANDARD.encode(&bytes[..len]);
+            assert_eq!(&out[6..], expected.as_bytes(), "{len} bytes");
+            assert_eq!(&out[..6], b"prefix");
+        }
+    }
 
     #[test]
     fn warnings_are_clipped_on_a_char_boundary() {

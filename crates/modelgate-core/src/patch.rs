@@ -26,21 +26,28 @@ impl FieldPath {
         FieldPath(Vec::new())
     }
 
+    /// A copy with room for `more` segments, so that adding them does not grow it again.
+    fn with_room(&self, more: usize) -> Self {
+        let mut segments = Vec::with_capacity(self.0.len() + more);
+        segments.extend(self.0.iter().cloned());
+        FieldPath(segments)
+    }
+
     pub(crate) fn key(&self, key: impl Into<Cow<'static, str>>) -> Self {
-        let mut next = self.clone();
+        let mut next = self.with_room(1);
         next.0.push(Segment::Key(key.into()));
         next
     }
 
     pub(crate) fn index(&self, index: usize) -> Self {
-        let mut next = self.clone();
+        let mut next = self.with_room(1);
         next.0.push(Segment::Index(index));
         next
     }
 
     /// Chains several keys: `path.keys(["securityContext", "runAsUser"])`.
     pub(crate) fn keys<const N: usize>(&self, keys: [&'static str; N]) -> Self {
-        let mut next = self.clone();
+        let mut next = self.with_room(N);
         next.0
             .extend(keys.iter().map(|k| Segment::Key(Cow::Borrowed(*k))));
         next
@@ -98,6 +105,66 @@ impl fmt::Display for FieldPath {
         }
         Ok(())
     }
+}
+
+/// What a byte of a key needs in a JSON pointer written as a JSON string: 0 nothing, 1 a
+/// pointer escape (`~`, `/`), 2 a JSON escape (a control character, `"`, `\\`).
+const KEY_BYTE: [u8; 256] = {
+    let mut class = [0; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        class[b] = 2;
+        b += 1;
+    }
+    class[b'"' as usize] = 2;
+    class[b'\\' as usize] = 2;
+    class[b'~' as usize] = 1;
+    class[b'/' as usize] = 1;
+    class
+};
+
+/// Appends `/<key>` with its pointer escapes, unless `key` needs a JSON escape (then appends
+/// nothing of the key and returns false).
+fn push_plain_key(out: &mut Vec<u8>, key: &str) -> bool {
+    let bytes = key.as_bytes();
+    match bytes
+        .iter()
+        .fold(0, |class, &b| class | KEY_BYTE[usize::from(b)])
+    {
+        0 => {
+            out.push(b'/');
+            out.extend_from_slice(bytes);
+        }
+        1 => {
+            out.push(b'/');
+            for &b in bytes {
+                match b {
+                    b'~' => out.extend_from_slice(b"~0"),
+                    b'/' => out.extend_from_slice(b"~1"),
+                    _ => out.push(b),
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, n: usize) {
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    while rest > 0 {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// A JSON Patch document as text, and its number of operations.
@@ -173,6 +240,24 @@ impl PatchBuilder {
     /// The pointer of `path`, then of `member` inside it (`-`: the end of an array), as a JSON
     /// string.
     fn write_pointer_to(&mut self, path: &FieldPath, member: Option<&str>) {
+        // Keys that need no JSON escaping (all of them but odd annotation keys) are written
+        // straight into the patch, with their pointer escapes.
+        let start = self.json.len();
+        let json = &mut self.json;
+        json.push(b'"');
+        let written = path.0.iter().all(|s| match s {
+            Segment::Key(k) => push_plain_key(json, k),
+            Segment::Index(i) => {
+                json.push(b'/');
+                push_decimal(json, *i);
+                true
+            }
+        }) && member.is_none_or(|k| push_plain_key(json, k));
+        if written {
+            json.push(b'"');
+            return;
+        }
+        json.truncate(start);
         self.pointer.clear();
         path.write_pointer(&mut self.pointer);
         if let Some(key) = member {
@@ -191,6 +276,25 @@ impl PatchBuilder {
     /// Sets a member or inserts an array element (`add` replaces an existing member).
     pub(crate) fn add(&mut self, path: &FieldPath, value: impl Serialize) {
         self.with_value("add", path, false, &value);
+    }
+
+    /// Sets a member or inserts an array element to a value `write` writes as JSON text; when
+    /// it writes none (returns false), the patch is left as it was and false returned.
+    pub(crate) fn add_json(
+        &mut self,
+        path: &FieldPath,
+        write: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) -> bool {
+        let (json_len, len) = (self.json.len(), self.len);
+        self.start("add", path, false);
+        self.json.extend_from_slice(b",\"value\":");
+        if !write(&mut self.json) {
+            self.json.truncate(json_len);
+            self.len = len;
+            return false;
+        }
+        self.json.push(b'}');
+        true
     }
 
     pub(crate) fn append(&mut self, array: &FieldPath, value: impl Serialize) {
@@ -347,6 +451,43 @@ mod tests {
             json!({"metadata": {"annotations": {"x/y": "1"}},
                    "spec": {"volumes": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "c"}]}})
         );
+    }
+
+    #[test]
+    fn pointers_copied_straight_match_the_escaped_ones() {
+        let paths = [
+            FieldPath::root().keys(["spec", "containers"]).index(12),
+            FieldPath::root()
+                .key("a")
+                .index(0)
+                .index(9)
+                .index(10)
+                .index(12345),
+            FieldPath::root()
+                .keys(["metadata", "annotations"])
+                .key("é x\u{7f}"),
+            FieldPath::root(),
+        ];
+        for path in paths {
+            let mut b = PatchBuilder::default();
+            b.remove(&path);
+            b.copy_to_end(&path, &path);
+            let patch = b.into_patch();
+            let pointer = path.pointer();
+            let expected = json!([
+                {"op": "remove", "path": pointer},
+                {"op": "copy", "path": format!("{pointer}/-"), "from": pointer}
+            ]);
+            let text: serde_json::Value = serde_json::from_slice(patch.as_bytes()).unwrap();
+            assert_eq!(text, expected);
+            let mut slow = String::new();
+            path.write_pointer(&mut slow);
+            let written = format!(
+                "[{{\"op\":\"remove\",\"path\":{}}}",
+                serde_json::to_string(&slow).unwrap()
+            );
+            assert!(String::from_utf8_lossy(patch.as_bytes()).starts_with(&written));
+        }
     }
 
     #[test]

@@ -353,6 +353,74 @@ pub struct Placement {
     /// The [`HOSTNAME_LABEL`] values of those nodes, sorted: what the pod is pinned to (a
     /// node without the label cannot be pinned and is left out).
     pub hostnames: Vec<String>,
+    /// The group's terms as JSON text, written once when the group is set.
+    pub pinned_terms: PinnedTerms,
+}
+
+/// A node group's required terms (or one empty term when it has none) as the JSON text a hit
+/// writes, each with a gap for the pin at the end of its `matchExpressions`: per term, the text
+/// before the pin and the text after it. Set once per group, so that a hit copies bytes instead
+/// of cloning and serialising the terms. `None` only if a term did not serialise in the expected
+/// shape (then the hit serialises the terms itself).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PinnedTerms(Option<Arc<[TermText]>>);
+
+/// A term's JSON text before the pin and after it.
+type TermText = (Box<str>, Box<str>);
+
+impl PinnedTerms {
+    pub(crate) fn of(terms: Option<&[NodeSelectorTerm]>) -> Self {
+        // What the pin's place holds while the terms are serialised, found again in the text.
+        let gap = NodeSelectorRequirement {
+            key: HOSTNAME_LABEL.into(),
+            ..Default::default()
+        };
+        let gap_text = serde_json::to_string(&gap).ok();
+        let default = [NodeSelectorTerm::default()];
+        let terms = match terms {
+            Some(terms) if !terms.is_empty() => terms,
+            _ => &default,
+        };
+        let pieces = terms.iter().map(|term| {
+            let mut term = term.clone();
+            term.match_expressions
+                .get_or_insert_default()
+                .push(gap.clone());
+            let text = serde_json::to_string(&term).ok()?;
+            // `matchFields` is serialised after `matchExpressions`, the pin last in the latter.
+            let fields = match &term.match_fields {
+                Some(f) => format!(",\"matchFields\":{}", serde_json::to_string(f).ok()?),
+                None => String::new(),
+            };
+            let after = format!("]{fields}}}");
+            let before = text
+                .strip_suffix(after.as_str())?
+                .strip_suffix(gap_text.as_deref()?)?;
+            Some((before.into(), after.into()))
+        });
+        PinnedTerms(pieces.collect::<Option<Vec<_>>>().map(Arc::from))
+    }
+
+    /// Writes the terms as a JSON array, each with `pin` at its gap; false when the group's text
+    /// is not there or the pin does not serialise (the caller drops what was written).
+    pub fn write(&self, out: &mut Vec<u8>, pin: &impl serde::Serialize) -> bool {
+        let Some(pieces) = &self.0 else {
+            return false;
+        };
+        out.push(b'[');
+        for (i, (before, after)) in pieces.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(before.as_bytes());
+            if serde_json::to_writer(&mut *out, pin).is_err() {
+                return false;
+            }
+            out.extend_from_slice(after.as_bytes());
+        }
+        out.push(b']');
+        true
+    }
 }
 
 /// The node label a hit pins the pod by: `matchExpressions` on it take many values, while the
@@ -533,6 +601,8 @@ type NodeSet = PMap<Arc<str>, ()>;
 struct NodeGroup {
     /// `None`: the PV has no required node affinity, so every node is admitted.
     terms: Option<Arc<[NodeSelectorTerm]>>,
+    /// The terms as a hit writes them.
+    pinned_terms: PinnedTerms,
     members: NodeSet,
     /// label key → value → members with that label.
     by_label: PMap<Arc<str>, PMap<Arc<str>, NodeSet>>,
@@ -730,6 +800,7 @@ impl CacheIndex {
     /// the Nodes: a group's change can change all of its membership).
     pub fn upsert_node_group(&mut self, name: &str, required_terms: Option<Vec<NodeSelectorTerm>>) {
         let mut group = NodeGroup {
+            pinned_terms: PinnedTerms::of(required_terms.as_deref()),
             terms: required_terms.map(Arc::from),
             ..NodeGroup::default()
         };
@@ -935,6 +1006,7 @@ impl CacheIndex {
                         node_group: group_name.to_string(),
                         required_terms: group.terms.clone(),
                         hostnames,
+                        pinned_terms: group.pinned_terms.clone(),
                     }),
                     cache: cache.clone(),
                 })

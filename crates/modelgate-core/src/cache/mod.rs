@@ -14,7 +14,7 @@ pub(crate) mod pmap;
 pub use cluster::Kind;
 pub use index::{
     CacheEntry, CacheIndex, CacheScope, CacheStatus, CacheStorage, HOSTNAME_LABEL, Hit, Lookup,
-    LookupRequest, Miss, MissReason, Placement, PvcPhase, PvcState, Resolved,
+    LookupRequest, Miss, MissReason, PinnedTerms, Placement, PvcPhase, PvcState, Resolved,
 };
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
 

@@ -10,7 +10,7 @@ use super::Change;
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
 use crate::cache::{
-    CacheIndex, HOSTNAME_LABEL, Hit, Lookup, LookupRequest, Miss, MissReason, Resolved,
+    CacheIndex, HOSTNAME_LABEL, Hit, Lookup, LookupRequest, Miss, MissReason, Placement, Resolved,
 };
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, Fields, PatchBuilder};
@@ -248,7 +248,9 @@ fn hit<'h>(
         }
     }
 
-    if let Some(p) = &h.placement {
+    if let Some(p) = &h.placement
+        && !add_pinned_terms(w, p, patch)
+    {
         require_node_terms(w, &placement_terms(p), routed_before, patch);
     }
     h.cache.describe()
@@ -297,6 +299,70 @@ fn is_model_mount(m: &VolumeMountView, mount_path: &str, sub_path: &str) -> bool
         && m.sub_path_expr.is_none()
         && m.mount_propagation.is_none()
         && m.recursive_read_only.is_none()
+}
+
+/// The node pin of a hit (a `NodeSelectorRequirement`, its fields in k8s-openapi's order).
+#[derive(Serialize)]
+struct Pin<'a> {
+    key: &'static str,
+    operator: &'static str,
+    values: &'a [String],
+}
+
+/// [`require_node_terms`] for a pod without required node terms (the usual case), the group's
+/// terms copied from their text in the index with the pin written into each; false (nothing
+/// done) when the pod has terms or the group's text is not there.
+fn add_pinned_terms(w: &Workload, p: &Placement, patch: &mut PatchBuilder) -> bool {
+    let affinity = w.spec.affinity.as_ref();
+    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
+    let selector = node_affinity.and_then(|n| n.required.as_ref());
+    if selector.is_some_and(|s| !s.terms().is_empty()) {
+        return false;
+    }
+    let base = w.spec_path.key("affinity");
+    let (path, open, close): (FieldPath, &[u8], &[u8]) = if affinity.is_none() {
+        (
+            base,
+            b"{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":",
+            b"}}}",
+        )
+    } else if node_affinity.is_none() {
+        (
+            base.key("nodeAffinity"),
+            b"{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":",
+            b"}}",
+        )
+    } else if selector.is_none() {
+        (
+            base.keys([
+                "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
+            ]),
+            b"{\"nodeSelectorTerms\":",
+            b"}",
+        )
+    } else {
+        (
+            base.keys([
+                "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms",
+            ]),
+            b"",
+            b"",
+        )
+    };
+    let pin = Pin {
+        key: HOSTNAME_LABEL,
+        operator: "In",
+        values: &p.hostnames,
+    };
+    patch.add_json(&path, |json| {
+        json.extend_from_slice(open);
+        let written = p.pinned_terms.write(json, &pin);
+        json.extend_from_slice(close);
+        written
+    })
 }
 
 /// The group's required node terms, each ANDed with `kubernetes.io/hostname In [<hostnames of
@@ -549,6 +615,51 @@ mod tests {
         // sha256("hf://org/m") computed independently with `printf %s hf://org/m | sha256sum`.
         assert_eq!(storage_key("hf://org/m"), "5df9d7cea3b612c3");
         assert_ne!(storage_key("hf://org/m/"), storage_key("hf://org/m"));
+    }
+
+    #[test]
+    fn pinned_terms_are_the_terms_serialised_with_the_pin() {
+        let term = |v: Value| -> NodeSelectorTerm { serde_json::from_value(v).unwrap() };
+        let zone = json!({"key": "zone", "operator": "In", "values": ["a", "b\"\n"]});
+        let name = json!({"key": "metadata.name", "operator": "NotIn", "values": []});
+        let cases = [
+            None,
+            Some(vec![]),
+            Some(vec![term(json!({}))]),
+            Some(vec![term(json!({"matchExpressions": [zone]}))]),
+            Some(vec![term(json!({"matchExpressions": []}))]),
+            Some(vec![term(json!({"matchFields": [name]}))]),
+            Some(vec![
+                term(
+                    json!({"matchExpressions": [zone, {"key": "gpu", "operator": "Exists"}],
+                            "matchFields": [name]}),
+                ),
+                term(json!({"matchFields": []})),
+            ]),
+        ];
+        for terms in cases {
+            for hostnames in [vec![], vec!["n-1".to_string(), "é\\".to_string()]] {
+                let placement = crate::cache::Placement {
+                    node_group: "g".into(),
+                    pinned_terms: crate::cache::PinnedTerms::of(terms.as_deref()),
+                    required_terms: terms.clone().map(Into::into),
+                    hostnames,
+                };
+                let expected = serde_json::to_vec(&placement_terms(&placement)).unwrap();
+                let pin = Pin {
+                    key: HOSTNAME_LABEL,
+                    operator: "In",
+                    values: &placement.hostnames,
+                };
+                let mut written = Vec::new();
+                assert!(placement.pinned_terms.write(&mut written, &pin));
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    String::from_utf8(expected).unwrap(),
+                    "{terms:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -23,6 +23,11 @@ mod view;
 #[allow(dead_code)]
 #[path = "../../../crates/modelgate-core/src/keyed.rs"]
 mod keyed;
+// The review as the API server sends it, as the product's examples make it.
+#[allow(dead_code)]
+#[path = "../../../examples/support/compact_json.rs"]
+mod compact_json;
+use compact_json::compact;
 
 use view::{ContainerView, PodOf};
 
@@ -170,24 +175,6 @@ thread_local! {
         tree.add_path(["request", "object"]);
         tree
     };
-}
-
-/// `json` without whitespace between tokens, keys in their order.
-fn compact(json: &[u8]) -> Vec<u8> {
-    let (mut in_string, mut escaped) = (false, false);
-    let mut out = Vec::with_capacity(json.len());
-    for &b in json {
-        if in_string {
-            in_string = escaped || b != b'"';
-            escaped = !escaped && b == b'\\';
-        } else if b.is_ascii_whitespace() {
-            continue;
-        } else {
-            in_string = b == b'"';
-        }
-        out.push(b);
-    }
-    out
 }
 
 fn main() {

@@ -251,8 +251,17 @@ struct FastReview<'a> {
     request: FastRequest<'a>,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many bodies [`raw_object`] scanned on this thread: the tests check that only a
+    /// controller's UPDATE pays for a second scan of the body.
+    pub(super) static RAW_OBJECT_SCANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The object's text in an AdmissionReview body, found again (borrowed) after a one-pass decode.
 pub(super) fn raw_object(body: &[u8]) -> Option<&RawValue> {
+    #[cfg(test)]
+    RAW_OBJECT_SCANS.with(|n| n.set(n.get() + 1));
     #[derive(Deserialize)]
     struct ObjectOnly<'a> {
         #[serde(borrow)]

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use modelgate::admission::{Summary, Webhook};
+use modelgate::server::log_format::TextFormat;
 use modelgate::server::{log_admission, log_writer};
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -46,7 +47,7 @@ where
                 .finish(),
         )
     } else {
-        tracing::Dispatch::new(builder.finish())
+        tracing::Dispatch::new(builder.event_format(TextFormat::default()).finish())
     };
     let s = summary();
     tracing::dispatcher::with_default(&dispatch, || {

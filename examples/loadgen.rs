@@ -331,15 +331,7 @@ fn spawn_serve(
 ) -> anyhow::Result<Server> {
     let addr = free_port()?;
     let probe = free_port()?;
-    let exe = std::env::current_exe()?;
-    let mut command = match prefix {
-        [] => Command::new(&exe),
-        [program, args @ ..] => {
-            let mut c = Command::new(program);
-            c.args(args).arg(&exe);
-            c
-        }
-    };
+    let mut command = this_executable(prefix)?;
     let child = command
         .args(["serve", "--no-cluster", "--listen"])
         .arg(addr.to_string())
@@ -366,6 +358,19 @@ fn spawn_serve(
     })
 }
 
+/// This executable, run under `prefix` (a profiler's command line) when one is given.
+fn this_executable(prefix: &[String]) -> anyhow::Result<Command> {
+    let exe = std::env::current_exe()?;
+    Ok(match prefix {
+        [] => Command::new(&exe),
+        [program, args @ ..] => {
+            let mut c = Command::new(program);
+            c.args(args).arg(&exe);
+            c
+        }
+    })
+}
+
 fn spawn_floor(
     dir: &Path,
     certs: &modelgate::cli::certs::DevCerts,
@@ -374,15 +379,7 @@ fn spawn_floor(
     prefix: &[String],
 ) -> anyhow::Result<Server> {
     let addr = free_port()?;
-    let exe = std::env::current_exe()?;
-    let mut command = match prefix {
-        [] => Command::new(&exe),
-        [program, args @ ..] => {
-            let mut c = Command::new(program);
-            c.args(args).arg(&exe);
-            c
-        }
-    };
+    let mut command = this_executable(prefix)?;
     let child = command
         .arg("floor")
         .arg(addr.to_string())

@@ -356,17 +356,11 @@ func run(s *server, k kase, review []byte, d time.Duration, m *measurement) {
 	m.errors = errs
 }
 
-// total is one case on one server over all rounds.
+// total is one case on one server over all rounds: their measurements added up.
 type total struct {
-	rounds           []*measurement
-	requests, failed int
-	seconds          float64
-	latencies        []time.Duration
-	serverNs         uint64
-	clientNs         uint64
-	dials, closes    int64
-	errors           map[string]int
-	sorted           bool
+	measurement
+	rounds []*measurement
+	sorted bool
 }
 
 func (t *total) add(m *measurement) {
@@ -388,9 +382,8 @@ func (t *total) add(m *measurement) {
 	t.sorted = false
 }
 
-func (t *total) rps() float64       { return float64(t.requests) / t.seconds }
-func (t *total) serverCPU() float64 { return float64(t.serverNs) / 1e3 / float64(t.requests) }
-func (t *total) clientCPU() float64 { return float64(t.clientNs) / 1e3 / float64(t.requests) }
+func (m *measurement) serverCPU() float64 { return float64(m.serverNs) / 1e3 / float64(m.requests) }
+func (m *measurement) clientCPU() float64 { return float64(m.clientNs) / 1e3 / float64(m.requests) }
 
 // quantile in µs, nearest rank over every sample of every round.
 func (t *total) quantile(q float64) float64 {

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k8s import load, one
-from tools import NS, Assets, run
+from tools import NS, Assets
 
 SEL = f'job="modelgate",namespace="{NS}"'
 
@@ -151,15 +150,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def rules_without_annotations(assets: Assets) -> Path:
-    """The rendered rules; annotations dropped, since promtool would compare them too and these
-    tests are about when an alert fires."""
-    spec = one(load(assets.render("rules", "--set", "monitoring.prometheusRule.enabled=true")), "PrometheusRule")["spec"]
-    for group in spec["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    path = assets.work / "rules-for-tests.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return assets.rules_for_tests("rules-for-tests", assets.render("rules", "--set", "monitoring.prometheusRule.enabled=true"))
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case(rules_without_annotations: Path) -> None:
@@ -172,14 +163,10 @@ def test_every_alert_has_a_firing_and_a_quiet_case(rules_without_annotations: Pa
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_promtool_test_rules(assets: Assets, rules_without_annotations: Path, name: str) -> None:
-    path = assets.work / ("alert-test-" + "".join(c if c.isalnum() else "-" for c in name) + ".yaml")
-    path.write_text(yaml.safe_dump({"rule_files": [str(rules_without_annotations)], "evaluation_interval": "1m", "tests": [CASES[name]]}))
-    run(assets.tool("promtool"), "test", "rules", path)
+    assets.promtool_test(rules_without_annotations, "alert-test-" + name, CASES[name])
 
 
 def test_promtool_test_rules_can_fail(assets: Assets, rules_without_annotations: Path) -> None:
     """A healthy deployment expected to fire: promtool must report the mismatch."""
     wrong = case("ModelgateNoReadyReplica", {DEPLOY: "2x40", **UP}, "5m", [{**CRIT, "namespace": NS, "deployment": "modelgate"}])
-    path = assets.work / "alert-test-wrong.yaml"
-    path.write_text(yaml.safe_dump({"rule_files": [str(rules_without_annotations)], "evaluation_interval": "1m", "tests": [wrong]}))
-    assert run(assets.tool("promtool"), "test", "rules", path, ok=False).returncode != 0
+    assert assets.promtool_test(rules_without_annotations, "alert-test-wrong", wrong, ok=False).returncode != 0

@@ -394,27 +394,17 @@ ALERT_CASES = {
 @pytest.fixture(scope="module")
 def audit_rules(assets: Assets) -> Path:
     path = assets.render("audit-rules", *AUDIT_ON, "--set", "monitoring.prometheusRule.enabled=true")
-    spec = one(load(path), "PrometheusRule")["spec"]
-    for group in spec["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    out = assets.work / "audit-rules-for-tests.yaml"
-    out.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return out
+    return assets.rules_for_tests("audit-rules-for-tests", path)
 
 
 @pytest.mark.parametrize("name", sorted(ALERT_CASES))
 def test_audit_alert(assets: Assets, audit_rules: Path, name: str) -> None:
-    path = assets.work / ("audit-alert-" + "".join(ch if ch.isalnum() else "-" for ch in name) + ".yaml")
-    path.write_text(yaml.safe_dump({"rule_files": [str(audit_rules)], "evaluation_interval": "1m", "tests": [ALERT_CASES[name]]}))
-    run(assets.tool("promtool"), "test", "rules", path)
+    assets.promtool_test(audit_rules, "audit-alert-" + name, ALERT_CASES[name])
 
 
 def test_audit_alert_test_can_fail(assets: Assets, audit_rules: Path) -> None:
     wrong = alert_case(job_series(2, 2000, "PodFailurePolicy"), [failing(2, "")])
-    path = assets.work / "audit-alert-wrong.yaml"
-    path.write_text(yaml.safe_dump({"rule_files": [str(audit_rules)], "evaluation_interval": "1m", "tests": [wrong]}))
-    assert run(assets.tool("promtool"), "test", "rules", path, ok=False).returncode != 0
+    assert assets.promtool_test(audit_rules, "audit-alert-wrong", wrong, ok=False).returncode != 0
 
 
 def test_audit_alert_only_with_the_audit_and_with_a_runbook(assets: Assets, audit_rules: Path) -> None:

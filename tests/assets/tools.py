@@ -8,7 +8,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k8s import crd_files, crd_validators, expect, load
+import yaml
+
+from k8s import crd_files, crd_validators, expect, load, one
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "modelgate-system"
@@ -107,3 +109,20 @@ class Assets:
                 errors = [f"{'.'.join(map(str, e.path))}: {e.message}" for e in pinned[key].iter_errors(d)]
                 expect(not errors, f"{d['kind']} {d['metadata']['name']} does not match its CRD: {errors}")
         return len(docs)
+
+    def rules_for_tests(self, name: str, rendered: Path) -> Path:
+        """The PrometheusRule rendered in `rendered`, its annotations dropped (promtool would
+        compare them too, and the alert tests are about when an alert fires), as work/NAME.yaml."""
+        spec = one(load(str(rendered)), "PrometheusRule")["spec"]
+        for group in spec["groups"]:
+            for rule in group["rules"]:
+                rule.pop("annotations", None)
+        path = self.work / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    def promtool_test(self, rules: Path, name: str, case: dict, ok: bool = True) -> subprocess.CompletedProcess:
+        """`promtool test rules` of one case against `rules`, written as work/NAME.yaml."""
+        path = self.work / ("".join(ch if ch.isalnum() else "-" for ch in name) + ".yaml")
+        path.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [case]}))
+        return run(self.tool("promtool"), "test", "rules", path, ok=ok)

@@ -51,15 +51,7 @@ impl AuditedKind {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            AuditedKind::Pod => "Pod",
-            AuditedKind::Job => "Job",
-            AuditedKind::CronJob => "CronJob",
-            AuditedKind::Deployment => "Deployment",
-            AuditedKind::StatefulSet => "StatefulSet",
-            AuditedKind::DaemonSet => "DaemonSet",
-            AuditedKind::ReplicaSet => "ReplicaSet",
-        }
+        self.workload_kind().as_str()
     }
 
     /// The kind as admission knows it.

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admission::{PolicyResult, Summary, Webhook};
+use crate::admission::{PolicyResult, Summary, Webhook, WorkloadKind};
 use crate::cache::metrics::LookupCounters;
 use crate::namespaces::Mode;
 
@@ -111,19 +111,19 @@ pub struct Metrics {
     series: SeriesCache,
 }
 
-/// Every `kind` label value; a kind's index here is its slot in [`SeriesCache`].
-const KIND_LABELS: [&str; 10] = [
-    "Pod",
-    "Job",
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "ReplicationController",
-    "CronJob",
-    "none",
-    "other",
-];
+/// Every `kind` label value: the workload kinds, then `none` (no kind) and `other`; a kind's
+/// index here is its slot in [`SeriesCache`].
+const KIND_LABELS: [&str; WORKLOAD_KINDS + 2] = {
+    let mut labels = ["none"; WORKLOAD_KINDS + 2];
+    let mut i = 0;
+    while i < WORKLOAD_KINDS {
+        labels[i] = WorkloadKind::ALL[i].as_str();
+        i += 1;
+    }
+    labels[WORKLOAD_KINDS + 1] = "other";
+    labels
+};
+const WORKLOAD_KINDS: usize = WorkloadKind::ALL.len();
 
 /// Every `operation` label value, indexed as [`KIND_LABELS`].
 const OPERATION_LABELS: [&str; 5] = ["CREATE", "UPDATE", "DELETE", "CONNECT", "none"];
@@ -139,11 +139,11 @@ fn webhook_index(webhook: Webhook) -> usize {
 
 fn kind_index(kind: &str) -> usize {
     match kind {
-        "" => 8,
-        kind => KIND_LABELS[..8]
+        "" => WORKLOAD_KINDS,
+        kind => KIND_LABELS[..WORKLOAD_KINDS]
             .iter()
             .position(|k| *k == kind)
-            .unwrap_or(9),
+            .unwrap_or(WORKLOAD_KINDS + 1),
     }
 }
 
@@ -390,7 +390,10 @@ impl Metrics {
         dry_run: bool,
         seconds: f64,
     ) {
-        let kind = KIND_LABELS.iter().position(|k| *k == kind).unwrap_or(9);
+        let kind = KIND_LABELS
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(WORKLOAD_KINDS + 1);
         let operation = operation_index(operation);
         self.observe_slot(
             DurationSlot::new(webhook, kind, operation, dry_run),

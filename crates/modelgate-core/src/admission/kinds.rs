@@ -28,7 +28,7 @@ impl WorkloadKind {
         WorkloadKind::CronJob,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Pod => "Pod",
             WorkloadKind::Job => "Job",

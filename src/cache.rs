@@ -15,7 +15,9 @@ pub mod watch;
 pub use list::ClusterCacheError;
 pub use metrics::CacheMetrics;
 pub use store::{CacheStore, CacheView};
-pub use watch::{CacheSource, CacheWatch, CacheWatchConfig, ClusterCacheArgs, Readiness};
+pub use watch::{
+    CacheSource, CacheWatch, CacheWatchConfig, ClusterCacheArgs, Readiness, WatchMetrics,
+};
 
 use anyhow::Context;
 use serde_json::Value;

@@ -24,13 +24,18 @@
 //! event) resets the backoff; a watch request answered with HTTP 410 starts over with a fresh
 //! list.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 /// A kind's objects as a watch keeps them: what a complete list replaces and events edit.
@@ -170,8 +175,102 @@ pub(crate) trait Watched {
     /// The objects of these keys changed (were added, replaced or removed): publish them.
     fn changed(&mut self, keys: Vec<Key<Self::Rules>>);
     /// The stream failed and will be retried after a backoff, the last known objects staying
-    /// in use: count and log it. An expired resourceVersion ([`relists`]) is logged by [`run`].
-    fn failed(&mut self, error: &watcher::Error);
+    /// in use: count and log it, and say whether the watch is broken by it or the error is a
+    /// state the watch expects. An expired resourceVersion ([`relists`]) is logged by [`run`].
+    fn failed(&mut self, error: &watcher::Error) -> Failure;
+}
+
+/// What an error of the stream says about the watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The watch cannot list or watch (RBAC, an unreachable API server, a server error): what
+    /// it keeps may be going stale.
+    Broken,
+    /// A state the watch works with: an expired resourceVersion (relisted), a CRD that is not
+    /// installed (counted as empty).
+    Expected,
+}
+
+/// How current each watch is, for the alert on a watch that keeps failing while what it keeps
+/// goes stale (a gone PVC still routed to):
+///
+/// | metric | labels | meaning |
+/// |---|---|---|
+/// | `modelgate_watch_last_progress_timestamp_seconds` | `watch` | Unix time of the watch's last complete list or object event; 0 before the first |
+/// | `modelgate_watch_last_failure_timestamp_seconds` | `watch` | Unix time of the watch's last failed list or watch request (not a relist after 410, not a missing CRD); 0 before the first |
+///
+/// A healthy watch of a quiet cluster may see no event for hours, so the age of the last
+/// progress alone says nothing; a broken one fails again after every backoff (at most 30 s)
+/// or request timeout (at most kube's 295 s read timeout), so "a failure within the last few
+/// minutes, continuously, and no progress for ten" is a watch that is not working.
+/// Cloning shares the series.
+#[derive(Clone, Debug, Default)]
+pub struct WatchMetrics {
+    progress: Family<WatchLabel, Gauge<f64, AtomicU64>>,
+    failure: Family<WatchLabel, Gauge<f64, AtomicU64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabel {
+    watch: &'static str,
+}
+
+impl WatchMetrics {
+    /// The series of every watch in `watches` exist from the start, at 0.
+    pub fn new(watches: &[&'static str]) -> Self {
+        let m = WatchMetrics::default();
+        for &watch in watches {
+            drop(m.progress.get_or_create(&WatchLabel { watch }));
+            drop(m.failure.get_or_create(&WatchLabel { watch }));
+        }
+        m
+    }
+
+    /// Adds the two families to the server's registry.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "modelgate_watch_last_progress_timestamp_seconds",
+            "Unix time of the watch's last complete list or object event (0: none yet)",
+            self.progress.clone(),
+        );
+        registry.register(
+            "modelgate_watch_last_failure_timestamp_seconds",
+            "Unix time of the watch's last failed list or watch request (0: none yet)",
+            self.failure.clone(),
+        );
+    }
+
+    /// The gauges of one watch.
+    pub(crate) fn health(&self, watch: &'static str) -> WatchHealth {
+        let label = WatchLabel { watch };
+        WatchHealth {
+            progress: self.progress.get_or_create(&label).clone(),
+            failure: self.failure.get_or_create(&label).clone(),
+        }
+    }
+}
+
+/// One watch's two timestamps.
+#[derive(Clone, Debug)]
+pub(crate) struct WatchHealth {
+    progress: Gauge<f64, AtomicU64>,
+    failure: Gauge<f64, AtomicU64>,
+}
+
+impl WatchHealth {
+    fn progressed(&self) {
+        self.progress.set(unix_now());
+    }
+
+    fn failed(&self) {
+        self.failure.set(unix_now());
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Whether [`run`] starts the stream over with a fresh list after this error: a watch request
@@ -182,7 +281,12 @@ pub(crate) fn relists(error: &watcher::Error) -> bool {
 }
 
 /// Watches for as long as the task lives, applying every event with `rules`.
-pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &WatchBackoff) {
+pub(crate) async fn run<W: Watched>(
+    mut watched: W,
+    rules: W::Rules,
+    backoff: &WatchBackoff,
+    health: WatchHealth,
+) {
     // The backoff is applied here rather than with `WatchStreamExt::backoff`: that one resets on
     // every `Ok` item, and the watcher emits `Init` before each list attempt, so a list that keeps
     // failing (a missing CRD, RBAC not granted) would be retried at the minimum delay forever.
@@ -205,7 +309,9 @@ pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &W
                 },
                 Err(e) => {
                     writer.reset();
-                    watched.failed(&e);
+                    if watched.failed(&e) == Failure::Broken {
+                        health.failed();
+                    }
                     tokio::time::sleep(backoff.next().unwrap_or_default()).await;
                     if relists(&e) {
                         info!(
@@ -220,6 +326,7 @@ pub(crate) async fn run<W: Watched>(mut watched: W, rules: W::Rules, backoff: &W
             // Any complete list or object event is progress, even one that changed nothing.
             if let Some(keys) = changed {
                 backoff.reset();
+                health.progressed();
                 if !keys.is_empty() {
                     watched.changed(keys);
                 }

@@ -34,6 +34,7 @@ fn config() -> CacheWatchConfig {
             max: Duration::from_millis(100),
         },
         watch_timeout: None,
+        watch_metrics: Default::default(),
     }
 }
 

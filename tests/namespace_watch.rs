@@ -34,6 +34,7 @@ fn config() -> NamespaceWatchConfig {
             max: Duration::from_millis(200),
         },
         watch_timeout: Some(5),
+        watch_metrics: Default::default(),
     }
 }
 

@@ -685,6 +685,43 @@ async fn user_controlled_strings_cannot_forge_log_lines() {
     assert!(v["uid"].as_str().unwrap().starts_with("uid"));
 }
 
+/// A log line copies at most 256 bytes of each field from the request (SPEC.md §7): a 100 KB
+/// uid, name or namespace makes a line of a few KiB, not of 400 KB, while the answer still
+/// echoes the whole uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_strings_in_a_log_line_are_cut_to_256_bytes() {
+    use common::*;
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    let config = client_config(pki.ca.cert_pem(), Proto::H1, None);
+    let mut conn = connect(server.webhook, config, Proto::H1).await.unwrap();
+    let long = "a".repeat(100_000);
+    let mut review = pod_review(&format!("uid-{long}"));
+    review["request"]["object"]["metadata"]["generateName"] = json!(format!("n-{long}"));
+    review["request"]["namespace"] = json!(format!("ns-{long}"));
+    review["request"]["object"]["metadata"]["namespace"] = json!(format!("ns-{long}"));
+    let a = conn
+        .post_json("/mutate", serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(a.json()["response"]["uid"], format!("uid-{long}"));
+    let line = wait_until(Duration::from_secs(10), || {
+        server
+            .logs()
+            .lines()
+            .find(|l| l.contains(r#""message":"admission""#))
+            .map(str::to_string)
+    })
+    .expect("an admission log line");
+    assert!(line.len() < 4096, "a {} byte log line", line.len());
+    let v: Value = serde_json::from_str(&line).unwrap();
+    for (field, prefix) in [("uid", "uid-"), ("name", "n-"), ("namespace", "ns-")] {
+        let kept = format!("{prefix}{}", &long[..256 - prefix.len()]);
+        let cut = 100_000 + prefix.len() - 256;
+        assert_eq!(v[field], format!("{kept}…({cut} more bytes)"), "{field}");
+    }
+}
+
 /// The default (text) log format writes field values as they are: a newline in a name or uid
 /// would start a forged line. They are escaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

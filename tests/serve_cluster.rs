@@ -158,7 +158,7 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
 
     let (status, body) = server.probe_get("/readyz").await.unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body.trim(), "not ready: model caches not synced");
+    assert!(body.contains("model caches not synced"), "{body}");
 
     api.fail_lists(NAMESPACE_CACHES, None);
     // Still not ready: the Nodes have not listed (RBAC not yet granted, say).
@@ -293,6 +293,110 @@ fn shape(answer: &Answer) -> &'static str {
         (false, _) if response.get("auditAnnotations").is_some() => "audited",
         (false, _) => "untouched",
     }
+}
+
+/// The value of the series `name{watch="<watch>"}` in a scrape.
+fn watch_gauge(scrape: &str, name: &str, watch: &str) -> f64 {
+    let series = format!("{name}{{watch=\"{watch}\"}} ");
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no series {series} in:\n{scrape}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_is_not_ready_until_the_namespaces_are_listed() {
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    api.apply(
+        NAMESPACES,
+        namespace("team-a", json!({"modelgate.io/mode": "off"})),
+    );
+    // RBAC on namespaces not granted yet: the caches list, the Namespaces do not.
+    api.fail_lists(NAMESPACES, Some(403));
+    let pki = TestPki::new();
+    let kubeconfig = pki.dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve")
+        .args([
+            "--listen=127.0.0.1:0",
+            "--probe-listen=127.0.0.1:0",
+            "--log-format=json",
+            // Shorter than the wait below: the caches' timeout must not make it ready.
+            "--cache-sync-timeout=1s",
+        ])
+        .args(pki.tls_args())
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
+        .await
+        .unwrap();
+
+    // Every watch's series exist from the start.
+    let (_, scrape) = server.probe_get("/metrics").await.unwrap();
+    for watch in [
+        "LocalModelCache",
+        "LocalModelNamespaceCache",
+        "LocalModelNodeGroup",
+        "PersistentVolumeClaim",
+        "Node",
+        "Namespace",
+    ] {
+        watch_gauge(
+            &scrape,
+            "modelgate_watch_last_progress_timestamp_seconds",
+            watch,
+        );
+        watch_gauge(
+            &scrape,
+            "modelgate_watch_last_failure_timestamp_seconds",
+            watch,
+        );
+    }
+
+    // The caches sync (and their timeout passes); the Namespaces still decide readiness.
+    let mut body = String::new();
+    for _ in 0..100 {
+        let (status, b) = server.probe_get("/readyz").await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+        body = b;
+        if body.trim() == "not ready: namespaces not listed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(body.trim(), "not ready: namespaces not listed");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (status, body) = server.probe_get("/readyz").await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body.trim(), "not ready: namespaces not listed");
+    let (_, scrape) = server.probe_get("/metrics").await.unwrap();
+    let failed = "modelgate_watch_last_failure_timestamp_seconds";
+    let progressed = "modelgate_watch_last_progress_timestamp_seconds";
+    assert!(watch_gauge(&scrape, failed, "Namespace") > 0.0, "{scrape}");
+    assert_eq!(watch_gauge(&scrape, progressed, "Namespace"), 0.0);
+    assert!(watch_gauge(&scrape, progressed, "LocalModelCache") > 0.0);
+    assert_eq!(watch_gauge(&scrape, failed, "LocalModelCache"), 0.0);
+
+    api.fail_lists(NAMESPACES, None);
+    let mut ready = false;
+    for _ in 0..200 {
+        if let Ok((StatusCode::OK, _)) = server.probe_get("/readyz").await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "ready once listed; logs:\n{}", server.logs());
+    let (_, scrape) = server.probe_get("/metrics").await.unwrap();
+    assert!(watch_gauge(&scrape, progressed, "Namespace") > 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,8 +51,8 @@ use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
 use super::reflect::KindRules;
 use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
-pub use crate::reflector::WatchBackoff;
-use crate::reflector::{self, Watched};
+use crate::reflector::{self, Failure, Watched};
+pub use crate::reflector::{WatchBackoff, WatchMetrics};
 
 /// The cluster-cache flags `serve` flattens into its arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -72,9 +72,10 @@ pub struct ClusterCacheArgs {
 }
 
 impl ClusterCacheArgs {
-    pub fn watch_config(&self) -> CacheWatchConfig {
+    pub fn watch_config(&self, watch_metrics: WatchMetrics) -> CacheWatchConfig {
         CacheWatchConfig {
             sync_timeout: self.cache_sync_timeout,
+            watch_metrics,
             ..CacheWatchConfig::default()
         }
     }
@@ -86,6 +87,7 @@ impl ClusterCacheArgs {
         &self,
         static_index: CacheIndex,
         metrics: CacheMetrics,
+        watch_metrics: WatchMetrics,
     ) -> Result<CacheSource, ClusterCacheError> {
         if self.no_cluster {
             return Ok(CacheSource::fixed(static_index, metrics));
@@ -93,7 +95,12 @@ impl ClusterCacheArgs {
         let client = kube::Client::try_default()
             .await
             .map_err(ClusterCacheError::Client)?;
-        let watch = CacheWatch::spawn(client, static_index, metrics, self.watch_config());
+        let watch = CacheWatch::spawn(
+            client,
+            static_index,
+            metrics,
+            self.watch_config(watch_metrics),
+        );
         Ok(CacheSource {
             store: watch.store().clone(),
             readiness: watch.readiness(),
@@ -166,6 +173,8 @@ pub struct CacheWatchConfig {
     pub backoff: WatchBackoff,
     /// `timeoutSeconds` of each watch request (kube-runtime's 290 s when `None`).
     pub watch_timeout: Option<u32>,
+    /// Where each kind's watch says how current it is.
+    pub watch_metrics: WatchMetrics,
 }
 
 impl Default for CacheWatchConfig {
@@ -175,6 +184,7 @@ impl Default for CacheWatchConfig {
             debounce: Duration::from_millis(100),
             backoff: WatchBackoff::Default,
             watch_timeout: None,
+            watch_metrics: WatchMetrics::default(),
         }
     }
 }
@@ -503,7 +513,7 @@ impl Watched for KindWatch {
         self.shared.dirty.notify_one();
     }
 
-    fn failed(&mut self, e: &watcher::Error) {
+    fn failed(&mut self, e: &watcher::Error) -> Failure {
         let kind = self.kind;
         self.metrics.watch_restarted(kind);
         match e {
@@ -522,9 +532,13 @@ impl Watched for KindWatch {
                     mark_synced(kind, state, &self.metrics);
                     self.shared.dirty.notify_one();
                 }
+                Failure::Expected
             }
-            e if reflector::relists(e) => {}
-            _ => warn!("{kind}: {e}; retrying, the last known objects stay in use"),
+            e if reflector::relists(e) => Failure::Expected,
+            _ => {
+                warn!("{kind}: {e}; retrying, the last known objects stay in use");
+                Failure::Broken
+            }
         }
     }
 }
@@ -549,7 +563,8 @@ async fn watch_kind(
         crd_missing: false,
         listed: false,
     };
-    reflector::run(watched, KindRules::new(kind), &config.backoff).await;
+    let health = config.watch_metrics.health(kind.name());
+    reflector::run(watched, KindRules::new(kind), &config.backoff, health).await;
 }
 
 fn mark_synced(kind: Kind, state: &KindState, metrics: &CacheMetrics) {
@@ -586,7 +601,10 @@ mod tests {
         assert_eq!(cli.args.cache_sync_timeout, Duration::from_secs(30));
         let cli = Cli::try_parse_from(["x", "--no-cluster", "--cache-sync-timeout", "5s"]).unwrap();
         assert!(cli.args.no_cluster);
-        assert_eq!(cli.args.watch_config().sync_timeout, Duration::from_secs(5));
+        assert_eq!(
+            cli.args.watch_config(WatchMetrics::default()).sync_timeout,
+            Duration::from_secs(5)
+        );
         let e = Cli::try_parse_from(["x", "--cache-sync-timeout", "soon"]).unwrap_err();
         assert!(e.to_string().contains("not a duration"), "{e}");
         // The environment, as the manifests set it. No other test reads these two variables.

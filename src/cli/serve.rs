@@ -12,9 +12,9 @@ use clap::{Args, ValueEnum};
 
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
-use crate::cache::{CacheMetrics, ClusterCacheArgs};
+use crate::cache::{CacheMetrics, ClusterCacheArgs, Kind, WatchMetrics};
 use crate::cli::policy::PolicyArgs;
-use crate::namespaces::watch::{NamespaceWatch, NamespaceWatchConfig};
+use crate::namespaces::watch::{self as namespace_watch, NamespaceWatch, NamespaceWatchConfig};
 use crate::namespaces::{NamespaceStore, Namespaces};
 use crate::server::deadline::parse_duration;
 use crate::server::log_writer;
@@ -231,6 +231,13 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let mut metrics = Metrics::new();
     let cache_metrics = CacheMetrics::new();
     cache_metrics.register(metrics.registry_mut());
+    let watch_names: Vec<&'static str> = Kind::ALL
+        .iter()
+        .map(|k| k.name())
+        .chain([namespace_watch::WATCH_NAME])
+        .collect();
+    let watch_metrics = WatchMetrics::new(&watch_names);
+    watch_metrics.register(metrics.registry_mut());
     metrics.count_cache_lookups(cache_metrics.lookup_counters());
     let no_cluster = args.cluster.no_cluster || args.dev;
     if args.dev && !args.cluster.no_cluster {
@@ -241,7 +248,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         ..args.cluster.clone()
     };
     let caches = cluster
-        .start(index, cache_metrics)
+        .start(index, cache_metrics, watch_metrics.clone())
         .await
         .context("cannot watch the cluster's model caches (use --no-cluster to run without)")
         .map_err(StartError::Runtime)?;
@@ -259,8 +266,16 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         Some(NamespaceWatch::spawn(
             client,
             namespace_store.clone(),
-            NamespaceWatchConfig::default(),
+            NamespaceWatchConfig {
+                watch_metrics: watch_metrics.clone(),
+                ..NamespaceWatchConfig::default()
+            },
         ))
+    };
+    // Without a cluster the files' Namespaces are the whole truth, known from the start.
+    let namespaces_ready: crate::server::CachesReady = match &namespace_watch {
+        Some(watch) => Box::new(watch.listed()),
+        None => Box::new(|| true),
     };
     let (listen, probe_listen) = listen_addresses(&args);
     let options = ServeOptions {
@@ -275,6 +290,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         store: caches.store.clone(),
         namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),
+        namespaces_ready,
         metrics,
     };
     let server = Server::bind(options).await.map_err(StartError::Runtime)?;

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::reflect::NamespaceRules;
 use super::{NamespaceStore, Namespaces};
-use crate::reflector::{self, WatchBackoff, Watched};
+use crate::reflector::{self, Failure, WatchBackoff, WatchMetrics, Watched};
 
 /// Tuning of the watch; `Default` is what production uses.
 #[derive(Clone, Debug)]
@@ -31,13 +31,19 @@ pub struct NamespaceWatchConfig {
     pub backoff: WatchBackoff,
     /// `timeoutSeconds` of each watch request (kube-runtime's 290 s when `None`).
     pub watch_timeout: Option<u32>,
+    /// Where the watch says how current it is (series `watch="Namespace"`).
+    pub watch_metrics: WatchMetrics,
 }
+
+/// The `watch` label of the Namespace watch's series.
+pub const WATCH_NAME: &str = "Namespace";
 
 impl Default for NamespaceWatchConfig {
     fn default() -> Self {
         NamespaceWatchConfig {
             backoff: WatchBackoff::Default,
             watch_timeout: None,
+            watch_metrics: WatchMetrics::default(),
         }
     }
 }
@@ -71,6 +77,12 @@ impl NamespaceWatch {
     /// Whether the first list has arrived (before it, `--default-mode` applies everywhere).
     pub fn is_listed(&self) -> bool {
         self.listed.load(Ordering::Acquire)
+    }
+
+    /// Asks [`NamespaceWatch::is_listed`] from elsewhere (`/readyz`), without the watch.
+    pub fn listed(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let listed = self.listed.clone();
+        move || listed.load(Ordering::Acquire)
     }
 }
 
@@ -115,13 +127,15 @@ impl Watched for NamespaceWatched {
         self.store.publish(current.clone());
     }
 
-    fn failed(&mut self, e: &watcher::Error) {
-        if !reflector::relists(e) {
-            warn!(
-                "Namespaces: {e}; retrying, the last known labels stay in use (needs RBAC \
-                 list/watch on namespaces)"
-            );
+    fn failed(&mut self, e: &watcher::Error) -> Failure {
+        if reflector::relists(e) {
+            return Failure::Expected;
         }
+        warn!(
+            "Namespaces: {e}; retrying, the last known labels stay in use (needs RBAC \
+             list/watch on namespaces)"
+        );
+        Failure::Broken
     }
 }
 
@@ -141,5 +155,6 @@ async fn run(
         store,
         listed,
     };
-    reflector::run(watched, NamespaceRules, &config.backoff).await;
+    let health = config.watch_metrics.health(WATCH_NAME);
+    reflector::run(watched, NamespaceRules, &config.backoff, health).await;
 }

@@ -4,7 +4,7 @@
 //!   `GET /healthz`. Each body goes to [`admission::review`], the one pipeline; this module only
 //!   adds HTTP: content type (415), body limit (413), deadline (408), unknown paths (404).
 //! - Probe listener: `GET /healthz` (alive), `GET /readyz` (certificate loaded, caches synced,
-//!   not shutting down), `GET /metrics`.
+//!   namespaces listed, not shutting down), `GET /metrics`.
 //! - Shutdown: at the first SIGTERM/SIGINT `/readyz` turns 503 and the webhook keeps serving,
 //!   new connections included, for `--shutdown-grace` (endpoint removal takes a moment to reach
 //!   the API server); then the listener closes, connections finish their in-flight requests
@@ -74,6 +74,9 @@ pub struct ServeOptions {
     /// Whether the cache source lets `/readyz` say ready (for static caches and the plain
     /// store: `store.is_synced()`).
     pub caches_ready: CachesReady,
+    /// Whether the namespace labels are known (the watch's first list arrived; always, without
+    /// a cluster): every decision reads its namespace's mode and Pod Security level.
+    pub namespaces_ready: CachesReady,
     /// The metrics; other parts of the program may have registered theirs already.
     pub metrics: Metrics,
 }
@@ -87,6 +90,7 @@ struct AppState {
     store: Arc<CacheStore>,
     namespaces: Arc<NamespaceStore>,
     caches_ready: CachesReady,
+    namespaces_ready: CachesReady,
     metrics: Arc<Metrics>,
     tls: Arc<TlsReloader>,
     draining: AtomicBool,
@@ -108,6 +112,9 @@ impl AppState {
         }
         if !(self.caches_ready)() {
             reasons.push("model caches not synced");
+        }
+        if !(self.namespaces_ready)() {
+            reasons.push("namespaces not listed");
         }
         reasons
     }
@@ -164,6 +171,7 @@ impl Server {
                 store: options.store,
                 namespaces: options.namespaces,
                 caches_ready: options.caches_ready,
+                namespaces_ready: options.namespaces_ready,
                 metrics,
                 tls: reloader,
                 draining: AtomicBool::new(false),
@@ -914,23 +922,42 @@ async fn read_body<'s>(
     Ok((bytes, slot))
 }
 
-/// A string from the request, for a log line: control characters (newlines above all) are
+/// The most bytes of a request-derived string a log line copies (SPEC.md §7): a 100 KB uid or
+/// name must not make a 200 KB line.
+pub const LOG_FIELD_MAX_BYTES: usize = 256;
+
+/// A string from the request, for a log line: at most [`LOG_FIELD_MAX_BYTES`] of it (cut at a
+/// character boundary, then `…(N more bytes)`), and control characters (newlines above all)
 /// written escaped, so that a name or uid cannot forge a line of the text log format.
 struct Escaped<'a>(&'a str);
 
 impl std::fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use std::fmt::Write as _;
-        // Names and uids almost never hold one: then the whole string in one write.
-        if !self.0.chars().any(char::is_control) {
-            return f.write_str(self.0);
-        }
-        for c in self.0.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                f.write_char(c)?;
+        let (kept, cut) = match self.0.len() {
+            n if n <= LOG_FIELD_MAX_BYTES => (self.0, 0),
+            n => {
+                let end = (0..=LOG_FIELD_MAX_BYTES)
+                    .rev()
+                    .find(|&i| self.0.is_char_boundary(i))
+                    .unwrap_or(0);
+                (&self.0[..end], n - end)
             }
+        };
+        // Names and uids almost never hold one: then the whole string in one write.
+        if !kept.chars().any(char::is_control) {
+            f.write_str(kept)?;
+        } else {
+            for c in kept.chars() {
+                if c.is_control() {
+                    write!(f, "{}", c.escape_default())?;
+                } else {
+                    f.write_char(c)?;
+                }
+            }
+        }
+        if cut > 0 {
+            write!(f, "…({cut} more bytes)")?;
         }
         Ok(())
     }
@@ -955,7 +982,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
                 reason = r.reason,
                 latency_ms = seconds * 1e3,
                 "admission request refused: {}",
-                r.message
+                Escaped(&r.message)
             );
             let mut response = status_response(r.status, r.status_reason, r.message);
             if r.status == StatusCode::TOO_MANY_REQUESTS {
@@ -1010,6 +1037,26 @@ pub fn log_admission(webhook: Webhook, s: &admission::Summary, http_status: u16,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_field_keeps_at_most_256_bytes_and_escapes_control_characters() {
+        assert_eq!(Escaped("pod-1").to_string(), "pod-1");
+        assert_eq!(Escaped("a\nb").to_string(), "a\\nb");
+        let long = "x".repeat(100_000);
+        let line = Escaped(&long).to_string();
+        assert_eq!(line, format!("{}…(99744 more bytes)", "x".repeat(256)));
+        // Cut at a character boundary: 255 bytes of `x` then a two-byte `é`.
+        let multi = format!("{}é{}", "x".repeat(255), "y".repeat(10));
+        assert_eq!(
+            Escaped(&multi).to_string(),
+            format!("{}…(12 more bytes)", "x".repeat(255))
+        );
+        let controls = "\n".repeat(1000);
+        assert_eq!(
+            Escaped(&controls).to_string(),
+            format!("{}…(744 more bytes)", "\\n".repeat(256))
+        );
+    }
 
     #[tokio::test]
     async fn accepted_connections_send_without_nagle_and_with_a_bounded_buffer() {

@@ -90,6 +90,37 @@ CASES = {
         "ModelgateCachesNotSynced", {f'modelgate_cache_synced{{{SEL},kind="LocalModelCache"}}': "0x5 1x35"},
         "15m", [],
     ),
+    "a watch fails every minute and never lists": case(
+        "ModelgateWatchFailing",
+        {f'modelgate_watch_last_failure_timestamp_seconds{{{SEL},watch="PersistentVolumeClaim"}}': "0+60x40",
+         f'modelgate_watch_last_progress_timestamp_seconds{{{SEL},watch="PersistentVolumeClaim"}}': "0x40"},
+        "25m", [{**WARN, "job": "modelgate", "namespace": NS, "watch": "PersistentVolumeClaim"}],
+    ),
+    "a watch fails every 5 minutes (a blackholed API server) after listing long ago": case(
+        "ModelgateWatchFailing",
+        {f'modelgate_watch_last_failure_timestamp_seconds{{{SEL},watch="Namespace"}}':
+         "0 0 0 0 0 300 300 300 300 300 600 600 600 600 600 900 900 900 900 900 1200 1200 1200 1200 1200 1500 1500 1500 1500 1500",
+         f'modelgate_watch_last_progress_timestamp_seconds{{{SEL},watch="Namespace"}}': "60x40"},
+        "29m", [{**WARN, "job": "modelgate", "namespace": NS, "watch": "Namespace"}],
+    ),
+    "one failure in a quiet cluster, the watch working since": case(
+        "ModelgateWatchFailing",
+        {f'modelgate_watch_last_failure_timestamp_seconds{{{SEL},watch="Namespace"}}': "0x2 120x38",
+         f'modelgate_watch_last_progress_timestamp_seconds{{{SEL},watch="Namespace"}}': "60x40"},
+        "25m", [],
+    ),
+    "failures, but lists and events get through": case(
+        "ModelgateWatchFailing",
+        {f'modelgate_watch_last_failure_timestamp_seconds{{{SEL},watch="Node"}}': "0+60x40",
+         f'modelgate_watch_last_progress_timestamp_seconds{{{SEL},watch="Node"}}': "0+60x40"},
+        "25m", [],
+    ),
+    "a watch that never failed": case(
+        "ModelgateWatchFailing",
+        {f'modelgate_watch_last_failure_timestamp_seconds{{{SEL},watch="Node"}}': "0x40",
+         f'modelgate_watch_last_progress_timestamp_seconds{{{SEL},watch="Node"}}': "0x40"},
+        "25m", [],
+    ),
     "the accept loop pauses at --max-connections, time and again": case(
         "ModelgateConnectionCapReached",
         {f"modelgate_accept_paused_total{{{SEL}}}": "0+3x40"},

@@ -73,7 +73,7 @@ def flags(path, *expected: str) -> None:
         if any(a.startswith(k + "=") for a in args):
             expect(k + "=" + v in args, f"argument {k}={v} not rendered literally: {args}")
     for k, v in found.items():
-        expect(not re.search(r"\d[eE][+-]?\d", v), f"{k}={v}: a number rendered in float notation")
+        expect(not re.fullmatch(r"-?\d+(\.\d+)?[eE][+-]?\d+", v), f"{k}={v}: a number rendered in float notation")
 
 
 def args_literal(path, *expected: str) -> None:

@@ -292,6 +292,47 @@ def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(assets
     ), "tls.key does not match tls.crt"
 
 
+def tls_objects(path) -> tuple[list[dict], list[str], str]:
+    """The TLS Secrets, every webhook's caBundle and the pods' checksum/tls of a render."""
+    docs = load(path)
+    secrets = [d for d in docs if d["kind"] == "Secret" and d.get("type") == "kubernetes.io/tls"]
+    bundles = [w["clientConfig"].get("caBundle", "") for d in docs if d["kind"] in WEBHOOK_KINDS for w in d["webhooks"]]
+    deploy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "modelgate")
+    return secrets, bundles, deploy["spec"]["template"]["metadata"]["annotations"].get("checksum/tls", "")
+
+
+def test_generated_pair_the_ca_bundle_and_the_checksum_agree_and_only_the_ca_is_hashed(assets: Assets, default) -> None:
+    """One render makes one pair: the Secret's CA is every caBundle and what checksum/tls hashes,
+    so a webhook setting that changes leaves the checksum (and the pods) alone."""
+    import hashlib
+
+    (secret,), bundles, checksum = tls_objects(default)
+    ca = secret["data"]["ca.crt"]
+    assert set(bundles) == {ca}
+    assert checksum == hashlib.sha256(ca.encode()).hexdigest()
+
+
+def test_an_existing_secret_is_the_gitops_path_and_renders_the_same_every_time(assets: Assets) -> None:
+    args = ["--set", "tls.existingSecret=modelgate-serving,tls.caBundle=Q0EgUEVN"]
+    first, second = assets.render("existing-tls-1", *args), assets.render("existing-tls-2", *args)
+    assert first.read_text() == second.read_text(), "two renders differ"
+    secrets, bundles, checksum = tls_objects(first)
+    assert secrets == [], "the chart rendered a TLS Secret of its own"
+    assert set(bundles) == {"Q0EgUEVN"}
+    assert checksum
+    deploy = next(d for d in load(first) if d["kind"] == "Deployment")
+    volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "modelgate-serving"
+    assert assets.validate(first) == len(load(first))
+    # Without the CA the render fails, naming the value.
+    failed = subprocess.run(
+        [str(assets.helm), "template", "m", str(assets.chart), "--set", "tls.existingSecret=x"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert failed.returncode != 0
+    assert "tls.caBundle is required" in failed.stderr, failed.stderr
+
+
 def test_values_yaml_is_valid_yaml_with_every_key_in_the_schema(assets: Assets) -> None:
     values = yaml.safe_load((assets.chart / "values.yaml").read_text())
     schema = json.loads((assets.chart / "values.schema.json").read_text())

@@ -26,7 +26,44 @@
 {{- end -}}
 
 {{- define "modelgate.tlsSecretName" -}}
-{{- printf "%s-tls" (include "modelgate.fullname" .) -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "modelgate.fullname" .)) -}}
+{{- end -}}
+
+{{- /*
+The serving certificate when the chart makes it (certManager.enabled=false, no
+tls.existingSecret), as JSON {crt, key, ca} of base64 PEM: the Secret of an earlier release
+when there is one (helm upgrade), else a new CA and certificate. Made once per render and kept
+in .Values, so that the Secret, the caBundle and the Deployment's checksum all see the same
+pair (each template that asks would otherwise generate its own).
+*/}}
+{{- define "modelgate.generatedTLS" -}}
+{{- if not (hasKey .Values "__modelgateGeneratedTLS") -}}
+{{- $fullname := include "modelgate.fullname" . -}}
+{{- $svc := printf "%s.%s.svc" $fullname .Release.Namespace -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "modelgate.tlsSecretName" .) -}}
+{{- $m := dict -}}
+{{- if and $existing $existing.data (index $existing.data "ca.crt") (index $existing.data "tls.crt") (index $existing.data "tls.key") -}}
+{{- $m = dict "crt" (index $existing.data "tls.crt") "key" (index $existing.data "tls.key") "ca" (index $existing.data "ca.crt") -}}
+{{- else -}}
+{{- $days := int .Values.generatedCertificate.validityDays -}}
+{{- $ca := genCA (printf "%s-ca" $fullname) $days -}}
+{{- $dnsNames := list $fullname (printf "%s.%s" $fullname .Release.Namespace) $svc (printf "%s.cluster.local" $svc) -}}
+{{- $cert := genSignedCert $svc nil $dnsNames $days $ca -}}
+{{- $m = dict "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) "ca" ($ca.Cert | b64enc) -}}
+{{- end -}}
+{{- $_ := set .Values "__modelgateGeneratedTLS" $m -}}
+{{- end -}}
+{{- index .Values "__modelgateGeneratedTLS" | toJson -}}
+{{- end -}}
+
+{{- /* The caBundle of the webhook configurations, or empty under cert-manager (injected). */}}
+{{- define "modelgate.caBundle" -}}
+{{- if .Values.certManager.enabled -}}
+{{- else if .Values.tls.existingSecret -}}
+{{- required "tls.caBundle is required with tls.existingSecret: the base64 PEM of the CA that signed the Secret's certificate" .Values.tls.caBundle -}}
+{{- else -}}
+{{- (include "modelgate.generatedTLS" . | fromJson).ca -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "modelgate.selectorLabels" -}}

@@ -264,21 +264,44 @@ fn yaml_error(
     }
 }
 
-/// The parser's settings for reading as kubectl does: YAML 1.1 octal integers (`0440`), the
-/// last of duplicate keys wins (go-yaml v2 overwrites), and `.inf`/`.nan` refused (JSON cannot
-/// hold them; kubectl refuses them too). YAML 1.1 booleans (`yes`, `on`, `y`, …) are the
-/// parser's default.
-fn kubectl_options() -> serde_saphyr::Options {
+/// The parser's settings for reading a document of `len` bytes as kubectl does: YAML 1.1 octal
+/// integers (`0440`), the last of duplicate keys wins (go-yaml v2 overwrites), and `.inf`/`.nan`
+/// refused (JSON cannot hold them; kubectl refuses them too). YAML 1.1 booleans (`yes`, `on`,
+/// `y`, …) are the parser's default.
+///
+/// The budget grows with the document instead of capping it: kubectl reads a `List` of every
+/// pod of a cluster (`kubectl get pods -A -o yaml`, millions of nodes), so a fixed node count
+/// would refuse real input. What it still stops is amplification, work out of proportion to
+/// the bytes: a node takes at least two bytes of text (`[1,1]`), an event (a node's start or
+/// end) at least one, so more of either than that can only come from aliases, whose own limits
+/// (count, expansion per anchor, retained events) are the parser's defaults. Nesting is
+/// allowed to [`MAX_DEPTH`].
+fn kubectl_options(len: usize) -> serde_saphyr::Options {
+    let defaults = serde_saphyr::Budget::default();
     serde_saphyr::options! {
         legacy_octal_numbers: true,
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::Reject,
+        budget: serde_saphyr::budget! {
+            max_nodes: defaults.max_nodes.max(len / 2 + 1),
+            max_events: defaults.max_events.max(2 * len + 2),
+            max_total_scalar_bytes: defaults.max_total_scalar_bytes.max(len),
+            max_depth: MAX_DEPTH,
+        },
     }
 }
 
+/// The deepest nesting read: serde_json's limit of 128, which every later step shares (the
+/// admission decode, `-o patched`), less the levels of the AdmissionReview a document is
+/// wrapped in, so that a document read here is never refused after. Far beyond any
+/// Kubernetes object (a CRD's OpenAPI schema, the deepest real objects, stays under 40 levels);
+/// kubectl itself stops at 10 000 (go-yaml and encoding/json).
+const MAX_DEPTH: usize = 120;
+
 /// One YAML document as kubectl reads it.
 fn read_yaml(doc: &str) -> Result<Value, serde_saphyr::Error> {
-    let value: Option<KubectlValue> = serde_saphyr::from_str_with_options(doc, kubectl_options())?;
+    let value: Option<KubectlValue> =
+        serde_saphyr::from_str_with_options(doc, kubectl_options(doc.len()))?;
     Ok(value.map_or(Value::Null, |v| v.0))
 }
 
@@ -453,11 +476,9 @@ impl Document {
     /// `spec.containers[1].securityContext.runAsUser`), when it can be found. The document is
     /// parsed again for this, so only errors pay for it.
     pub fn line_of(&self, path: &str) -> Option<usize> {
-        let root: Spanned<Located> = serde_saphyr::from_str_with_options(
-            &self.source.text[self.source.range.clone()],
-            kubectl_options(),
-        )
-        .ok()?;
+        let text = &self.source.text[self.source.range.clone()];
+        let root: Spanned<Located> =
+            serde_saphyr::from_str_with_options(text, kubectl_options(text.len())).ok()?;
         let mut node = &root.value;
         let mut line = root.referenced.line();
         if let Some(j) = self.list_item {
@@ -627,6 +648,74 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `List` of pods as `kubectl get pods -A -o yaml` prints it, `n` items of 16 nodes.
+    fn pod_list_yaml(n: usize) -> String {
+        let mut text = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for i in 0..n {
+            text.push_str(&format!(
+                "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p{i}\n    namespace: team-a\n    labels:\n      app: x\n  spec:\n    containers:\n    - name: c\n      image: busybox\n  status:\n    phase: Running\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_list_of_more_nodes_than_the_parsers_default_budget_is_read_whole() {
+        // 16 000 pods: 256 000 nodes, past serde-saphyr's default of 250 000.
+        let text = pod_list_yaml(16_000);
+        let docs = read_documents("pods.yaml", &text).unwrap();
+        assert_eq!(docs.len(), 16_000);
+        assert_eq!(docs[15_999].value["metadata"]["name"], "p15999");
+        // The same as JSON.
+        let json = serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "List",
+            "items": docs.iter().map(|d| d.value.clone()).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        assert_eq!(read_documents("pods.json", &json).unwrap().len(), 16_000);
+    }
+
+    #[test]
+    fn amplification_by_aliases_stays_bounded_by_the_bytes() {
+        // A billion-laughs document: each level doubles the nodes of the one before.
+        let mut text = String::from("a0: &a0 [x, x]\n");
+        for i in 1..40 {
+            text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}]\n", p = i - 1));
+        }
+        let err = read_documents("bomb.yaml", &text).unwrap_err().to_string();
+        assert!(err.starts_with("bomb.yaml#1: not valid YAML"), "{err}");
+    }
+
+    /// A ConfigMap with `depth` levels of nesting under `data`.
+    fn nested(depth: usize) -> String {
+        let mut text =
+            String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\nx:\n");
+        for i in 0..depth {
+            text.push_str(&format!("{}a:\n", "  ".repeat(i + 1)));
+        }
+        text.push_str(&format!("{}b: 1\n", "  ".repeat(depth + 1)));
+        text
+    }
+
+    #[test]
+    fn nesting_is_read_to_the_depth_every_later_step_reads_and_refused_beyond_with_its_line() {
+        // On a stack the size of the main thread's, where the commands read their files (a test
+        // thread has 2 MiB; an unoptimised build spends several KiB a level).
+        let reader = std::thread::Builder::new().stack_size(8 << 20).spawn(|| {
+            // The root mapping, `x` and the nested levels: `MAX_DEPTH` in all.
+            assert!(read_documents("deep.yaml", &nested(MAX_DEPTH - 2)).is_ok());
+            let err = read_documents("deep.yaml", &nested(MAX_DEPTH - 1))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("deep.yaml#1: not valid YAML: line "),
+                "{err}"
+            );
+            assert!(err.contains("Depth"), "{err}");
+        });
+        reader.unwrap().join().unwrap();
+    }
 
     #[test]
     fn yaml_multi_document_and_lists() {

@@ -10,8 +10,8 @@ DB="${MODELGATE_ADVISORY_DB:-$REPO/../shared/advisory-db}"
 CARGO_AUDIT_VERSION="0.22.2"
 
 if [[ ! -d "$DB" ]]; then
-  echo "audit: no advisory database at $DB; skipping the audit" >&2
-  exit 0
+  echo "audit: no advisory database at $DB (MODELGATE_ADVISORY_DB): the dependency audit cannot run" >&2
+  exit 1
 fi
 if ! "$TOOLS/bin/cargo-audit" --version 2>/dev/null | grep -qx "cargo-audit-audit $CARGO_AUDIT_VERSION\|cargo-audit $CARGO_AUDIT_VERSION"; then
   echo "audit: installing cargo-audit $CARGO_AUDIT_VERSION into $TOOLS" >&2

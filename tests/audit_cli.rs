@@ -338,7 +338,7 @@ fn controllers_in_the_kyverno_corpus_are_denied_where_their_pods_are() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/corpus/kyverno/require-run-as-non-root-user/resource.yaml");
     if !file.is_file() {
-        println!("corpus not found at {}, skipping", file.display());
+        cli::missing(&format!("the corpus ({})", file.display()));
         return;
     }
     let run = audit(&["-o", "json", file.to_str().unwrap()]);
@@ -387,7 +387,7 @@ fn a_terminal_gets_a_progress_line_that_is_erased_at_the_end() {
         .stdin(Stdio::null())
         .output();
     let Ok(out) = spawned else {
-        println!("python3 not found, skipping");
+        cli::missing("python3");
         return;
     };
     // The terminal merges stdout and stderr, and turns \n into \r\n.

@@ -843,7 +843,7 @@ async fn tls_below_1_2_and_renegotiation_are_refused() {
         .output()
         .is_err()
     {
-        println!("openssl not found: TLS version and renegotiation checks skipped");
+        missing("openssl");
         return;
     }
     let pki = TestPki::new();

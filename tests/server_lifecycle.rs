@@ -158,7 +158,7 @@ fn curl_available() -> bool {
     if Path::new("/usr/bin/curl").exists() {
         return true;
     }
-    println!("/usr/bin/curl not found: the --dev curl round trip is skipped");
+    common::missing("/usr/bin/curl");
     false
 }
 

@@ -11,6 +11,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+#[path = "required.rs"]
+mod required;
+pub use required::missing;
+
 /// What one run of the binary left: its exit code and output.
 pub struct Run {
     pub code: i32,
@@ -108,13 +112,13 @@ pub fn fixture(name: &str) -> String {
         .into_owned()
 }
 
-/// `../shared/corpus`, or `None` (and a line saying the test is skipped) where it is absent.
+/// `../shared/corpus`, or `None` where it is absent (see [`missing`]).
 pub fn corpus_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
     if dir.join("README.md").is_file() {
         Some(dir)
     } else {
-        println!("corpus not found at {}, skipping", dir.display());
+        missing(&format!("the corpus ({})", dir.display()));
         None
     }
 }

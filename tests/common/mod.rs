@@ -25,6 +25,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+#[path = "required.rs"]
+mod required;
+pub use required::missing;
+
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;
 
 pub fn full(bytes: impl Into<Bytes>) -> Body {

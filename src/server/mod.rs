@@ -398,6 +398,97 @@ fn configure_accepted(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
 }
 
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Reads the first bytes of a connection until they are the HTTP/2 preface or cannot be: says
+/// which, and returns what was read (at most the preface's 24 bytes), to be read again.
+async fn sniff_h2<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<(bool, Vec<u8>)> {
+    use tokio::io::AsyncReadExt as _;
+    let mut read = vec![0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    while len < H2_PREFACE.len() && read[..len] == H2_PREFACE[..len] {
+        match stream.read(&mut read[len..]).await? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    read.truncate(len);
+    Ok((read == H2_PREFACE, read))
+}
+
+/// A connection whose first bytes were read already: they are read again first.
+struct Rewind<T> {
+    read: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T> Rewind<T> {
+    fn new(read: Vec<u8>, inner: T) -> Self {
+        Rewind { read, at: 0, inner }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.read.len() {
+            let n = (this.read.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.read[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.read.len() {
+                this.read = Vec::new();
+                this.at = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Accepts TLS connections until [`Phase::Stopped`], then closes the listener and drains the
 /// connections. Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
 async fn accept_loop(
@@ -409,8 +500,8 @@ async fn accept_loop(
     mut phase: watch::Receiver<Phase>,
 ) -> bool {
     let http = http_builder(&settings);
-    // The protocol is the one ALPN agreed on; sniffing the first bytes is only the fallback for
-    // a client that offered no ALPN.
+    // The protocol is the one ALPN agreed on; the first bytes tell it only for a client that
+    // offered no ALPN (`sniff_h2`).
     let h1 = http.clone().http1_only();
     let h2 = http.clone().http2_only();
     let max_connections = settings.limits.max_connections;
@@ -481,7 +572,7 @@ async fn accept_loop(
             tracing::debug!(%peer, error = %e, "cannot set the connection's socket options");
         }
         let acceptor = TlsAcceptor::from(config);
-        let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
+        let (h1, h2) = (h1.clone(), h2.clone());
         let router = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let settings = settings.clone();
@@ -516,18 +607,35 @@ async fn accept_loop(
                     return;
                 }
             };
-            let (http, is_h2) = match stream.get_ref().1.alpn_protocol() {
-                Some(b"h2") => (h2, true),
-                Some(b"http/1.1") => (h1, false),
-                // No ALPN: sniffed, unless HTTP/2 was not on offer.
-                _ if http2_permit.is_some() => (http, false),
-                _ => (h1, false),
-            };
-            // The HTTP/2 slot is kept only by a connection that may speak HTTP/2.
-            let _http2_permit = http2_permit
-                .filter(|_| !matches!(stream.get_ref().1.alpn_protocol(), Some(b"http/1.1")));
             // The first request's time starts once the handshake is done.
             let activity = Arc::new(Activity::new());
+            let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            let (stream, is_h2) = match alpn.as_deref() {
+                Some(b"h2") => (Rewind::new(Vec::new(), stream), true),
+                Some(b"http/1.1") => (Rewind::new(Vec::new(), stream), false),
+                // No ALPN: HTTP/2 with prior knowledge if the client's first bytes are the h2
+                // preface (and HTTP/2 is on offer), so that the connection is told apart from an
+                // HTTP/1.1 one where that matters (GOAWAY while draining).
+                _ if http2_permit.is_some() => {
+                    let mut stream = stream;
+                    match tokio::time::timeout(header_read_timeout, sniff_h2(&mut stream)).await {
+                        Ok(Ok((is_h2, read))) => (Rewind::new(read, stream), is_h2),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "connection closed before its first request");
+                            return;
+                        }
+                        Err(_) => {
+                            metrics.connection_dropped("no_request");
+                            tracing::debug!(%peer, reason = "no_request", "connection dropped");
+                            return;
+                        }
+                    }
+                }
+                _ => (Rewind::new(Vec::new(), stream), false),
+            };
+            let http = if is_h2 { h2 } else { h1 };
+            // The HTTP/2 slot is kept only by a connection that speaks HTTP/2.
+            let _http2_permit = http2_permit.filter(|_| is_h2);
             let service = {
                 let activity = activity.clone();
                 hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
@@ -1127,5 +1235,39 @@ mod tests {
         // Linux doubles the value it is given.
         let sndbuf = socket2::SockRef::from(&tcp).send_buffer_size().unwrap();
         assert!(sndbuf <= 2 * limits::SOCKET_SEND_BUF_BYTES, "{sndbuf}");
+    }
+
+    #[tokio::test]
+    async fn the_h2_preface_is_told_apart_and_read_again() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        for (sent, is_h2, sniffed) in [
+            (&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04"[..], true, 24),
+            // What one read brings, once it cannot be the preface.
+            (&b"POST /mutate HTTP/1.1\r\n"[..], false, 23),
+            (&b"GET / HTTP/1.1\r\n"[..], false, 16),
+            (&b"PRI"[..], false, 3),
+        ] {
+            let (mut client, server) = tokio::io::duplex(1024);
+            client.write_all(sent).await.unwrap();
+            // The client stays open: the sniffer must not wait for more than it needs, except
+            // for a prefix of the preface cut short (then the end of the stream ends it).
+            if sent.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(sent) {
+                drop(client);
+                let mut server = server;
+                let (h2, read) = sniff_h2(&mut server).await.unwrap();
+                assert_eq!((h2, read.len()), (is_h2, sniffed));
+                continue;
+            }
+            let mut server = server;
+            let (h2, read) = sniff_h2(&mut server).await.unwrap();
+            assert_eq!((h2, read.len()), (is_h2, sniffed), "{sent:?}");
+            drop(client);
+            let mut again = Vec::new();
+            Rewind::new(read, server)
+                .read_to_end(&mut again)
+                .await
+                .unwrap();
+            assert_eq!(again, sent, "every byte read again, in order");
+        }
     }
 }

@@ -62,6 +62,6 @@ done < <(grep -v '^INFO .* passed for resource ' <<<"$final")
 echo "schema: $total stored objects x 2 versions: $passed passed, $preexisting results invalid in the input already, $broken broken by the patch"
 [[ "$broken" -eq 0 ]] || failed=1
 
-step "transport: idle connections, a burst, the connection cap, a rolling restart, certificate rotation (kube-apiserver's webhook client)"; "$OUT/transport" -bin "$MODELGATE_BIN" || failed=1
+step "transport: idle connections, a burst, the connection cap, slow senders, a rolling restart, certificate rotation (kube-apiserver's webhook client)"; "$OUT/transport" -bin "$MODELGATE_BIN" || failed=1
 [[ "$failed" -eq 0 ]] || { echo "check-apiserver: FAILED (see above)"; exit 1; }
 echo "check-apiserver: ok"

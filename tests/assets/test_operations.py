@@ -24,7 +24,7 @@ OPTIONAL_KINDS = ["ServiceMonitor", "PrometheusRule", "ConfigMap", "HorizontalPo
 ALERTS = {
     "ModelgateNoReadyReplica", "ModelgateAdmissionErrors", "ModelgateLatencyHigh", "ModelgateCertificateExpiring",
     "ModelgateCachesNotSynced", "ModelgateWebhookCallsFailing", "ModelgateWebhookFailingOpen",
-    "ModelgateWebhookSlowFromApiServer", "ModelgateConnectionCapReached",
+    "ModelgateWebhookSlowFromApiServer", "ModelgateConnectionCapReached", "ModelgateSlowSendersCut",
 }  # fmt: skip
 
 

@@ -553,8 +553,9 @@ async fn stalled_streams_are_bounded_by_connections_streams_and_the_body_progres
     // 400 connections, each opening 100 streams whose promised body never comes (40 000
     // streams). --max-connections (128 here) holds 124 of the connections (the well-behaved
     // client has four) while the others wait in the listen backlog, --max-concurrent-streams
-    // refuses all but 16 streams on each, and the body-progress deadline answers those 408
-    // after 2 s.
+    // refuses all but 16 streams on each, and those are answered 408 after 1 s: a body with no
+    // byte after its first second is behind --min-body-bytes-per-second (`body_too_slow`),
+    // before --body-progress-timeout (2 s) would end it.
     let cap = format!("--max-connections={TEST_CAP}");
     // Every connection may speak HTTP/2 here: the attack is on the connection cap (the HTTP/2
     // cap is tests/server_connections.rs's).
@@ -626,7 +627,7 @@ async fn stalled_streams_are_bounded_by_connections_streams_and_the_body_progres
         outcome.max_open
     );
     assert!(
-        admission_error(&outcome.metrics, "body_stalled") >= 1000.0
+        admission_error(&outcome.metrics, "body_too_slow") >= 1000.0
             && accept_paused(&outcome.metrics) >= 1.0,
         "stalled bodies answered 408, the accept loop paused: {}",
         outcome.metrics

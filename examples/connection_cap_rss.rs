@@ -146,7 +146,8 @@ fn spawn_serve(
         .args([
             "--idle-timeout=600s",
             "--header-read-timeout=600s",
-            "--body-progress-timeout=600s",
+            "--body-progress-timeout=30s",
+            "--min-body-bytes-per-second=1",
         ])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())

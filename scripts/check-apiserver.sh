@@ -71,6 +71,6 @@ if [[ "$total" -eq 0 || "$verdicts" -ne $((2 * total)) || "$((passed + preexisti
   failed=1
 fi
 
-step "transport: idle connections, a burst, the connection cap, a rolling restart, certificate rotation (kube-apiserver's webhook client)"; "$OUT/transport" -bin "$MODELGATE_BIN" || failed=1
+step "transport: idle connections, a burst, the connection cap, slow senders, a rolling restart, certificate rotation (kube-apiserver's webhook client)"; "$OUT/transport" -bin "$MODELGATE_BIN" || failed=1
 [[ "$failed" -eq 0 ]] || { echo "check-apiserver: FAILED (see above)"; exit 1; }
 echo "check-apiserver: ok"

@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -231,4 +232,55 @@ async fn beyond_the_http2_cap_new_connections_speak_http1() {
         h2_again.is_some(),
         "the freed HTTP/2 slot was never offered again"
     );
+}
+
+/// A client that offers no ALPN and speaks HTTP/2 with prior knowledge is told apart from an
+/// HTTP/1.1 one by its first bytes: from SIGTERM on it gets a GOAWAY as an HTTP/2 connection
+/// negotiated by ALPN does, while an HTTP/1.1 connection without ALPN is left open and told to
+/// close by its next answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_alpn_an_http2_connection_gets_a_goaway_when_draining() {
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.push("--shutdown-grace=4s".into());
+    let mut server = ServerProcess::start(&args);
+    let review = pod_review("no-alpn");
+    let body = serde_json::to_vec(&review).unwrap();
+    let without_alpn = |proto| {
+        let mut config = (*client_config(pki.ca.cert_pem(), proto, None)).clone();
+        config.alpn_protocols.clear();
+        Arc::new(config)
+    };
+
+    let mut h2 = connect(server.webhook, without_alpn(Proto::H2), Proto::H2)
+        .await
+        .unwrap();
+    let mut h1 = connect(server.webhook, without_alpn(Proto::H1), Proto::H1)
+        .await
+        .unwrap();
+    assert_eq!((h2.alpn.clone(), h1.alpn.clone()), (None, None));
+    let answer = h2.post_json("/mutate", body.clone()).await.unwrap();
+    check_answer("/mutate", &review, &answer);
+    assert_eq!(answer.version, hyper::Version::HTTP_2);
+    let answer = h1.post_json("/mutate", body.clone()).await.unwrap();
+    check_answer("/mutate", &review, &answer);
+    assert_eq!(answer.version, hyper::Version::HTTP_11);
+    let h2_sender = h2.h2_sender().unwrap();
+
+    server.signal("TERM");
+    let goaway = wait_until(Duration::from_secs(3), || {
+        h2_sender.is_closed().then_some(())
+    });
+    assert!(
+        goaway.is_some(),
+        "the HTTP/2 connection without ALPN got no GOAWAY"
+    );
+    let answer = h1.post_json("/mutate", body).await.unwrap();
+    check_answer("/mutate", &review, &answer);
+    assert!(answer.connection_close, "answer during the grace period");
+
+    let status = server
+        .wait_exit(Duration::from_secs(15))
+        .expect("exited after the grace period");
+    assert_eq!(status.code(), Some(0), "{}", server.logs());
 }

@@ -204,7 +204,11 @@ async fn bad_requests_get_4xx_and_the_server_stays_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_does_not_arrive_in_time_gets_a_clear_408_before_the_timeout() {
     let pki = TestPki::new();
-    let server = ServerProcess::start(&pki.tls_args());
+    let mut args = pki.tls_args();
+    // A rate the body below keeps up with until its deadline (14 bytes: 14 s at 1 byte/s), so
+    // that the deadline, not the minimum rate (tests/slow_senders.rs), ends it.
+    args.push("--min-body-bytes-per-second=1".into());
+    let server = ServerProcess::start(&args);
     let mut tasks = Vec::new();
     for proto in [Proto::H1, Proto::H2] {
         let config = client_config(pki.ca.cert_pem(), proto, None);

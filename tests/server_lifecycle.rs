@@ -44,8 +44,10 @@ async fn sigterm_drains_in_flight_requests_and_exits_0() {
     let pki = TestPki::new();
     let mut args = pki.tls_args();
     args.push("--shutdown-grace=2s".into());
-    // The rest of each body comes after the grace period: longer than the default progress wait.
-    args.push("--body-progress-timeout=1m".into());
+    // The rest of each body comes after the grace period: longer than the default progress wait,
+    // and slower than the default minimum rate.
+    args.push("--body-progress-timeout=30s".into());
+    args.push("--min-body-bytes-per-second=1".into());
     let mut server = ServerProcess::start(&args);
     let review = pod_review("in-flight");
     let body = serde_json::to_vec(&review).unwrap();

@@ -80,7 +80,9 @@ pub struct ServeArgs {
     /// Time a client has for the TLS handshake and for its first request; slower clients are
     /// disconnected. A later request's head on a kept-alive HTTP/1.1 connection has
     /// --idle-timeout (a kept-alive connection waiting for the next request is idle, not slow).
-    #[arg(long, env = "MODELGATE_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    /// At most 24h.
+    #[arg(long, env = "MODELGATE_HEADER_READ_TIMEOUT", default_value = "10s",
+          value_parser = crate::server::limits::connection_timeout)]
     pub header_read_timeout: Duration,
 
     #[arg(long, env = "MODELGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -113,13 +115,6 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub policy: PolicyArgs,
-}
-
-fn positive_duration(s: &str) -> Result<Duration, String> {
-    match parse_duration(s)? {
-        d if d.is_zero() => Err("must be more than 0".into()),
-        d => Ok(d),
-    }
 }
 
 /// Failures before serving: bad input (exit 2) or the environment (exit 1).
@@ -160,6 +155,14 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     if !args.dev && (args.tls_cert.is_none() || args.tls_key.is_none()) {
         return Err(StartError::Usage(anyhow::anyhow!(
             "--tls-cert and --tls-key are required (or --dev, to make a development certificate)"
+        )));
+    }
+    if args.limits.max_buffered_body_bytes < args.max_body_bytes {
+        return Err(StartError::Usage(anyhow::anyhow!(
+            "--max-buffered-body-bytes ({}) must be at least --max-body-bytes ({}): a body of the \
+             largest size would never fit",
+            args.limits.max_buffered_body_bytes,
+            args.max_body_bytes
         )));
     }
     // Before anything listens, so an early SIGTERM is handled, not fatal.

@@ -136,4 +136,25 @@ mod tests {
         );
         assert_eq!(Budget::from_query(Some("timeout=5m")).timeout, MAX_TIMEOUT);
     }
+
+    #[test]
+    fn a_client_timeout_beyond_the_api_servers_maximum_is_capped_at_30s() {
+        for query in [
+            "timeout=31s",
+            "timeout=1h",
+            "timeout=2562047h",
+            // Parses to more seconds than an `Instant` can add.
+            "timeout=4000000000000000h",
+        ] {
+            let b = Budget::from_query(Some(query));
+            assert_eq!(b.timeout, MAX_TIMEOUT, "{query}");
+            assert_eq!(b.budget, Duration::from_secs(29), "{query}");
+            // The request's deadline is computable.
+            assert!(std::time::Instant::now().checked_add(b.budget).is_some());
+        }
+        assert_eq!(
+            Budget::from_query(Some("timeout=30s")).timeout,
+            Duration::from_secs(30)
+        );
+    }
 }

@@ -57,13 +57,15 @@ pub struct ResultLabels {
 }
 
 /// Every `reason` of `modelgate_admission_errors_total` (docs/operations.md, "Metrics").
-pub const ADMISSION_ERROR_REASONS: [&str; 8] = [
+pub const ADMISSION_ERROR_REASONS: [&str; 10] = [
     "invalid_json",
     "invalid_review",
     "payload_too_large",
     "unsupported_media_type",
     "deadline_exceeded",
     "body_stalled",
+    "body_too_slow",
+    "body_budget_exhausted",
     "too_many_requests",
     "body_read_error",
 ];
@@ -104,6 +106,7 @@ pub struct Metrics {
     connections_dropped: Family<ReasonLabels, Counter>,
     accept_paused: Counter,
     open_connections: Gauge,
+    buffered_body_bytes: Gauge,
     /// `modelgate_cache_lookups_total`, registered by the cache metrics, counted here from each
     /// admission's summary.
     cache_lookups: Option<LookupCounters>,
@@ -294,6 +297,12 @@ impl Metrics {
             "Webhook connections open (TLS handshake included)",
             open_connections.clone(),
         );
+        let buffered_body_bytes = Gauge::default();
+        registry.register(
+            "modelgate_buffered_body_bytes",
+            "Bytes held by request bodies that arrived in more than one part, against --max-buffered-body-bytes",
+            buffered_body_bytes.clone(),
+        );
         registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
         // The series alerts and dashboards read exist at 0 from the start: a counter that
         // appears only at its first increment has no rate() for that first one, and an
@@ -319,6 +328,7 @@ impl Metrics {
             connections_dropped,
             accept_paused,
             open_connections,
+            buffered_body_bytes,
             cache_lookups: None,
             series: SeriesCache::new(),
         }
@@ -444,6 +454,11 @@ impl Metrics {
     pub fn open_connection(&self) -> InflightGuard {
         self.open_connections.inc();
         InflightGuard(self.open_connections.clone())
+    }
+
+    /// The gauge of the bytes held by bodies read in parts (`modelgate_buffered_body_bytes`).
+    pub fn buffered_body_bytes(&self) -> Gauge {
+        self.buffered_body_bytes.clone()
     }
 
     /// The registry, for other parts of the program to add their metrics (full names, with the
@@ -674,6 +689,7 @@ mod tests {
             r#"modelgate_connections_dropped_total{reason="idle_timeout"} 1"#,
             "modelgate_accept_paused_total 1",
             "modelgate_open_connections 1",
+            "modelgate_buffered_body_bytes 0",
             "process_cpu_seconds_total ",
             "process_resident_memory_bytes ",
             "process_open_fds ",

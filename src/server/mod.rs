@@ -10,10 +10,12 @@
 //!   the API server); then the listener closes, connections finish their in-flight requests
 //!   (at most [`shutdown::DRAIN_TIMEOUT`]) and [`Server::run`] returns.
 //! - Hostile clients: every resource a client can hold is capped by [`Limits`] (connections,
-//!   streams per connection, requests reading a body, header bytes, idle and stalled time), and
+//!   streams per connection, decisions in flight, the memory of bodies being read, header bytes,
+//!   idle and stalled time, the slowest body), and
 //!   every connection the server ends early is counted by reason
 //!   (`modelgate_connections_dropped_total`). docs/security.md has the memory formula.
 
+pub mod body;
 pub mod deadline;
 pub mod limits;
 pub mod log_format;
@@ -50,6 +52,7 @@ use crate::admission::{self, Context, Webhook};
 use crate::cache::CacheStore;
 use crate::config::PolicyConfig;
 use crate::namespaces::NamespaceStore;
+use body::{BodyBudget, Held, MinRate};
 use deadline::Budget;
 pub use limits::Limits;
 use metrics::Metrics;
@@ -95,8 +98,11 @@ struct AppState {
     tls: Arc<TlsReloader>,
     draining: AtomicBool,
     max_body_bytes: usize,
-    /// One permit per request allowed to read its body at the same time.
-    body_slots: Semaphore,
+    /// One permit per decision being made (`--max-requests-in-flight`); taken once the body is
+    /// read.
+    decision_slots: Semaphore,
+    /// What the bodies being read in parts may hold (`--max-buffered-body-bytes`).
+    body_budget: BodyBudget,
     limits: Limits,
 }
 
@@ -158,6 +164,10 @@ impl Server {
     /// appears) and binds both listeners.
     pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         let metrics = Arc::new(options.metrics);
+        let body_budget = BodyBudget::new(
+            options.limits.max_buffered_body_bytes,
+            metrics.buffered_body_bytes(),
+        );
         let reloader = Arc::new(TlsReloader::new(options.tls));
         reloader.reload_and_report(&metrics);
         let webhook = bind_with_backlog(options.listen)
@@ -176,7 +186,8 @@ impl Server {
                 tls: reloader,
                 draining: AtomicBool::new(false),
                 max_body_bytes: options.max_body_bytes,
-                body_slots: Semaphore::new(options.limits.max_requests_in_flight as usize),
+                decision_slots: Semaphore::new(options.limits.max_requests_in_flight as usize),
+                body_budget,
                 limits: options.limits,
             }),
             webhook,
@@ -395,6 +406,97 @@ fn configure_accepted(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(tcp).set_send_buffer_size(limits::SOCKET_SEND_BUF_BYTES)
 }
 
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Reads the first bytes of a connection until they are the HTTP/2 preface or cannot be: says
+/// which, and returns what was read (at most the preface's 24 bytes), to be read again.
+async fn sniff_h2<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<(bool, Vec<u8>)> {
+    use tokio::io::AsyncReadExt as _;
+    let mut read = vec![0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    while len < H2_PREFACE.len() && read[..len] == H2_PREFACE[..len] {
+        match stream.read(&mut read[len..]).await? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    read.truncate(len);
+    Ok((read == H2_PREFACE, read))
+}
+
+/// A connection whose first bytes were read already: they are read again first.
+struct Rewind<T> {
+    read: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T> Rewind<T> {
+    fn new(read: Vec<u8>, inner: T) -> Self {
+        Rewind { read, at: 0, inner }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.read.len() {
+            let n = (this.read.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.read[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.read.len() {
+                this.read = Vec::new();
+                this.at = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Accepts TLS connections until [`Phase::Stopped`], then closes the listener and drains the
 /// connections. Returns whether every connection finished within [`shutdown::DRAIN_TIMEOUT`].
 async fn accept_loop(
@@ -406,8 +508,8 @@ async fn accept_loop(
     mut phase: watch::Receiver<Phase>,
 ) -> bool {
     let http = http_builder(&settings);
-    // The protocol is the one ALPN agreed on; sniffing the first bytes is only the fallback for
-    // a client that offered no ALPN.
+    // The protocol is the one ALPN agreed on; the first bytes tell it only for a client that
+    // offered no ALPN (`sniff_h2`).
     let h1 = http.clone().http1_only();
     let h2 = http.clone().http2_only();
     let max_connections = settings.limits.max_connections;
@@ -478,7 +580,7 @@ async fn accept_loop(
             tracing::debug!(%peer, error = %e, "cannot set the connection's socket options");
         }
         let acceptor = TlsAcceptor::from(config);
-        let (http, h1, h2) = (http.clone(), h1.clone(), h2.clone());
+        let (h1, h2) = (h1.clone(), h2.clone());
         let router = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let settings = settings.clone();
@@ -513,18 +615,35 @@ async fn accept_loop(
                     return;
                 }
             };
-            let (http, is_h2) = match stream.get_ref().1.alpn_protocol() {
-                Some(b"h2") => (h2, true),
-                Some(b"http/1.1") => (h1, false),
-                // No ALPN: sniffed, unless HTTP/2 was not on offer.
-                _ if http2_permit.is_some() => (http, false),
-                _ => (h1, false),
-            };
-            // The HTTP/2 slot is kept only by a connection that may speak HTTP/2.
-            let _http2_permit = http2_permit
-                .filter(|_| !matches!(stream.get_ref().1.alpn_protocol(), Some(b"http/1.1")));
             // The first request's time starts once the handshake is done.
             let activity = Arc::new(Activity::new());
+            let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            let (stream, is_h2) = match alpn.as_deref() {
+                Some(b"h2") => (Rewind::new(Vec::new(), stream), true),
+                Some(b"http/1.1") => (Rewind::new(Vec::new(), stream), false),
+                // No ALPN: HTTP/2 with prior knowledge if the client's first bytes are the h2
+                // preface (and HTTP/2 is on offer), so that the connection is told apart from an
+                // HTTP/1.1 one where that matters (GOAWAY while draining).
+                _ if http2_permit.is_some() => {
+                    let mut stream = stream;
+                    match tokio::time::timeout(header_read_timeout, sniff_h2(&mut stream)).await {
+                        Ok(Ok((is_h2, read))) => (Rewind::new(read, stream), is_h2),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "connection closed before its first request");
+                            return;
+                        }
+                        Err(_) => {
+                            metrics.connection_dropped("no_request");
+                            tracing::debug!(%peer, reason = "no_request", "connection dropped");
+                            return;
+                        }
+                    }
+                }
+                _ => (Rewind::new(Vec::new(), stream), false),
+            };
+            let http = if is_h2 { h2 } else { h1 };
+            // The HTTP/2 slot is kept only by a connection that speaks HTTP/2.
+            let _http2_permit = http2_permit.filter(|_| is_h2);
             let service = {
                 let activity = activity.clone();
                 hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
@@ -770,36 +889,69 @@ struct Refusal {
     reason: &'static str,
     status_reason: &'static str,
     message: String,
+    /// The rest of the body will not be read: an HTTP/1.1 connection is closed after the
+    /// answer (`Connection: close`); an HTTP/2 stream is reset after it.
+    close: bool,
 }
 
-/// Reads the body: at most `--max-body-bytes`, each part within `--body-progress-timeout` of
-/// the one before, all of it within the request's budget (counted from `arrived`). From its
-/// first part on, the request holds one of the `--max-requests-in-flight` slots, returned with
-/// the body. Requests wait for a slot in arrival order (a busy moment delays them, whoever sent
-/// them); one that has none within the progress timeout gets 429.
+impl Refusal {
+    fn new(
+        status: StatusCode,
+        reason: &'static str,
+        status_reason: &'static str,
+        message: String,
+    ) -> Self {
+        Refusal {
+            status,
+            reason,
+            status_reason,
+            message,
+            close: false,
+        }
+    }
+}
+
+/// A request's body, read in full, and the decision slot it holds: both are given back when
+/// the decision is made.
+struct ReadBody<'s> {
+    bytes: axum::body::Bytes,
+    _held: Held<'s>,
+    _slot: SemaphorePermit<'s>,
+}
+
+/// Reads the body, then takes one of the `--max-requests-in-flight` decision slots. Reading
+/// holds no slot: the body must come at most `--max-body-bytes` long, each part within
+/// `--body-progress-timeout` of the one before, at `--min-body-bytes-per-second` or faster once
+/// its first second is over (slower: 408 and the rest is not read), and all of it within the
+/// request's budget (counted from `arrived`); the buffer of a body that comes in parts is taken
+/// from `--max-buffered-body-bytes` as it grows (none left: 503 at once). Requests with their
+/// whole body wait for a slot in arrival order; one that has none within the progress timeout
+/// gets 429.
 ///
 /// A part that is already there and a free slot are taken without arming a timer (the usual
 /// case: the whole body came with the headers); a body that comes in one part is passed on as
-/// it came, without a copy.
+/// it came, without a copy and without taking from the budget.
 async fn read_body<'s>(
     state: &'s AppState,
     req: Request,
     budget: Budget,
     arrived: Instant,
-) -> Result<(axum::body::Bytes, SemaphorePermit<'s>), Refusal> {
+) -> Result<ReadBody<'s>, Refusal> {
     let limit = state.max_body_bytes;
-    let too_large = |declared: Option<u64>| Refusal {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        reason: "payload_too_large",
-        status_reason: "RequestEntityTooLarge",
-        message: match declared {
-            Some(n) => format!(
-                "the request body ({n} bytes) is larger than the limit of {limit} bytes (--max-body-bytes)"
-            ),
-            None => format!(
-                "the request body is larger than the limit of {limit} bytes (--max-body-bytes)"
-            ),
-        },
+    let too_large = |declared: Option<u64>| {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "RequestEntityTooLarge",
+            match declared {
+                Some(n) => format!(
+                    "the request body ({n} bytes) is larger than the limit of {limit} bytes (--max-body-bytes)"
+                ),
+                None => format!(
+                    "the request body is larger than the limit of {limit} bytes (--max-body-bytes)"
+                ),
+            },
+        )
     };
     if !is_json(req.headers()) {
         let got = req
@@ -807,12 +959,12 @@ async fn read_body<'s>(
             .get(header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .unwrap_or_else(|| "none".into());
-        return Err(Refusal {
-            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            reason: "unsupported_media_type",
-            status_reason: "UnsupportedMediaType",
-            message: format!("Content-Type must be application/json, not `{got}`"),
-        });
+        return Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "UnsupportedMediaType",
+            format!("Content-Type must be application/json, not `{got}`"),
+        ));
     }
     let declared = req
         .headers()
@@ -825,82 +977,90 @@ async fn read_body<'s>(
         return Err(too_large(Some(n)));
     }
     let progress = state.limits.body_progress_timeout;
-    let deadline = tokio::time::Instant::from_std(arrived) + budget.budget;
+    let deadline = arrived + budget.budget;
+    let rate = MinRate {
+        arrived,
+        bytes_per_second: state.limits.min_body_bytes_per_second,
+    };
     let mut body = Limited::new(req.into_body(), limit);
-    let mut slot = None;
+    let mut held = Held::none(&state.body_budget);
     // The first part as it came; a second part starts a copy of both into `joined`.
     let mut first: Option<axum::body::Bytes> = None;
     let mut joined = Vec::new();
+    let mut received = 0u64;
     loop {
         let frame = match body.frame().now_or_never() {
             Some(frame) => frame,
             None => {
-                let next = (tokio::time::Instant::now() + progress).min(deadline);
-                match tokio::time::timeout_at(next, body.frame()).await {
+                let behind = rate.behind_at(received, deadline);
+                let next = (Instant::now() + progress).min(deadline).min(behind);
+                match tokio::time::timeout_at(next.into(), body.frame()).await {
                     Ok(frame) => frame,
                     Err(_) if next >= deadline => {
-                        return Err(Refusal {
-                            status: StatusCode::REQUEST_TIMEOUT,
-                            reason: "deadline_exceeded",
-                            status_reason: "Timeout",
-                            message: format!(
+                        return Err(Refusal::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "deadline_exceeded",
+                            "Timeout",
+                            format!(
                                 "the request body did not arrive within {:?} (the {:?} timeout less a margin for the answer); nothing was decided",
                                 budget.budget, budget.timeout
                             ),
+                        ));
+                    }
+                    Err(_) if next >= behind => {
+                        let elapsed = arrived.elapsed();
+                        return Err(Refusal {
+                            close: true,
+                            ..Refusal::new(
+                                StatusCode::REQUEST_TIMEOUT,
+                                "body_too_slow",
+                                "Timeout",
+                                format!(
+                                    "the request body came slower than {} bytes/s after its first second \
+                                     ({received} bytes{} in {:.1}s; --min-body-bytes-per-second); nothing was decided",
+                                    rate.bytes_per_second,
+                                    declared.map(|n| format!(" of {n}")).unwrap_or_default(),
+                                    elapsed.as_secs_f64()
+                                ),
+                            )
                         });
                     }
                     Err(_) => {
-                        return Err(Refusal {
-                            status: StatusCode::REQUEST_TIMEOUT,
-                            reason: "body_stalled",
-                            status_reason: "Timeout",
-                            message: format!(
+                        return Err(Refusal::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "body_stalled",
+                            "Timeout",
+                            format!(
                                 "no part of the request body arrived for {progress:?} (--body-progress-timeout); nothing was decided"
                             ),
-                        });
+                        ));
                     }
                 }
             }
         };
-        if slot.is_none() {
-            // A free slot is taken at once; `try_acquire` finds none while others wait for one,
-            // so the order of arrival holds.
-            let permit = match state.body_slots.try_acquire() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    let wait = (tokio::time::Instant::now() + progress).min(deadline);
-                    let Ok(Ok(permit)) =
-                        tokio::time::timeout_at(wait, state.body_slots.acquire()).await
-                    else {
-                        return Err(Refusal {
-                            status: StatusCode::TOO_MANY_REQUESTS,
-                            reason: "too_many_requests",
-                            status_reason: "TooManyRequests",
-                            message: format!(
-                                "{} requests were being read for {progress:?} (--max-requests-in-flight); retry",
-                                state.limits.max_requests_in_flight
-                            ),
-                        });
-                    };
-                    permit
-                }
-            };
-            slot = Some(permit);
-        }
         match frame {
             None => break,
             Some(Ok(frame)) => {
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
+                received += data.len() as u64;
                 match first.take() {
                     None if joined.is_empty() => first = Some(data),
-                    held => {
-                        if let Some(held) = held {
-                            // The declared length (never above the limit), now that the body
-                            // is really coming in parts.
-                            joined.reserve((declared.unwrap_or(0) as usize).max(held.len()));
-                            joined.extend_from_slice(&held);
+                    held_part => {
+                        let needed =
+                            joined.len() + held_part.as_ref().map_or(0, |b| b.len()) + data.len();
+                        if needed > joined.capacity() {
+                            let expected = declared.map_or(limit, |n| n as usize);
+                            let capacity =
+                                body::grown_capacity(joined.capacity(), needed, expected);
+                            if !held.grow((capacity - joined.capacity()) as u64) {
+                                return Err(budget_exhausted(state, received, declared));
+                            }
+                            joined.reserve_exact(capacity - joined.len());
+                        }
+                        if let Some(part) = held_part {
+                            joined.extend_from_slice(&part);
                         }
                         joined.extend_from_slice(&data);
                     }
@@ -908,18 +1068,61 @@ async fn read_body<'s>(
             }
             Some(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large(None)),
             Some(Err(e)) => {
-                return Err(Refusal {
-                    status: StatusCode::BAD_REQUEST,
-                    reason: "body_read_error",
-                    status_reason: "BadRequest",
-                    message: format!("cannot read the request body: {e}"),
-                });
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "body_read_error",
+                    "BadRequest",
+                    format!("cannot read the request body: {e}"),
+                ));
             }
         }
     }
-    let slot = slot.expect("taken at the first frame or the end of the body");
+    // A free slot is taken at once; `try_acquire` finds none while others wait for one, so the
+    // order of arrival holds.
+    let slot = match state.decision_slots.try_acquire() {
+        Ok(permit) => permit,
+        Err(_) => {
+            let wait = (Instant::now() + progress).min(deadline);
+            let Ok(Ok(permit)) =
+                tokio::time::timeout_at(wait.into(), state.decision_slots.acquire()).await
+            else {
+                return Err(Refusal::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_requests",
+                    "TooManyRequests",
+                    format!(
+                        "{} decisions were being made for {progress:?} (--max-requests-in-flight); retry",
+                        state.limits.max_requests_in_flight
+                    ),
+                ));
+            };
+            permit
+        }
+    };
     let bytes = first.unwrap_or_else(|| joined.into());
-    Ok((bytes, slot))
+    Ok(ReadBody {
+        bytes,
+        _held: held,
+        _slot: slot,
+    })
+}
+
+/// 503 for a body that does not fit in what is left of `--max-buffered-body-bytes`.
+fn budget_exhausted(state: &AppState, received: u64, declared: Option<u64>) -> Refusal {
+    Refusal {
+        close: true,
+        ..Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "body_budget_exhausted",
+            "ServiceUnavailable",
+            format!(
+                "the request bodies being read hold {} of {} bytes (--max-buffered-body-bytes); this one ({received} bytes{} so far) does not fit; retry",
+                state.body_budget.used(),
+                state.limits.max_buffered_body_bytes,
+                declared.map(|n| format!(" of {n}")).unwrap_or_default(),
+            ),
+        )
+    }
 }
 
 /// The most bytes of a request-derived string a log line copies (SPEC.md §7): a 100 KB uid or
@@ -968,7 +1171,8 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let started = Instant::now();
     let _inflight = state.metrics.inflight();
     let budget = Budget::from_query(req.uri().query());
-    let (body, _slot) = match read_body(&state, req, budget, started).await {
+    let http1 = req.version() < axum::http::Version::HTTP_2;
+    let read = match read_body(&state, req, budget, started).await {
         Ok(read) => read,
         Err(r) => {
             let seconds = started.elapsed().as_secs_f64();
@@ -985,10 +1189,18 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
                 Escaped(&r.message)
             );
             let mut response = status_response(r.status, r.status_reason, r.message);
-            if r.status == StatusCode::TOO_MANY_REQUESTS {
+            if matches!(
+                r.status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            ) {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            }
+            if r.close && http1 {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, CONNECTION_CLOSE);
             }
             return response;
         }
@@ -1001,7 +1213,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
         caches: view.caches(),
         namespaces: &namespaces,
     };
-    let outcome = admission::review(webhook, &body, &ctx);
+    let outcome = admission::review(webhook, &read.bytes, &ctx);
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.admission(webhook, &outcome.summary, seconds);
     log_admission(webhook, &outcome.summary, outcome.http_status, seconds);
@@ -1070,5 +1282,39 @@ mod tests {
         // Linux doubles the value it is given.
         let sndbuf = socket2::SockRef::from(&tcp).send_buffer_size().unwrap();
         assert!(sndbuf <= 2 * limits::SOCKET_SEND_BUF_BYTES, "{sndbuf}");
+    }
+
+    #[tokio::test]
+    async fn the_h2_preface_is_told_apart_and_read_again() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        for (sent, is_h2, sniffed) in [
+            (&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04"[..], true, 24),
+            // What one read brings, once it cannot be the preface.
+            (&b"POST /mutate HTTP/1.1\r\n"[..], false, 23),
+            (&b"GET / HTTP/1.1\r\n"[..], false, 16),
+            (&b"PRI"[..], false, 3),
+        ] {
+            let (mut client, server) = tokio::io::duplex(1024);
+            client.write_all(sent).await.unwrap();
+            // The client stays open: the sniffer must not wait for more than it needs, except
+            // for a prefix of the preface cut short (then the end of the stream ends it).
+            if sent.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(sent) {
+                drop(client);
+                let mut server = server;
+                let (h2, read) = sniff_h2(&mut server).await.unwrap();
+                assert_eq!((h2, read.len()), (is_h2, sniffed));
+                continue;
+            }
+            let mut server = server;
+            let (h2, read) = sniff_h2(&mut server).await.unwrap();
+            assert_eq!((h2, read.len()), (is_h2, sniffed), "{sent:?}");
+            drop(client);
+            let mut again = Vec::new();
+            Rewind::new(read, server)
+                .read_to_end(&mut again)
+                .await
+                .unwrap();
+            assert_eq!(again, sent, "every byte read again, in order");
+        }
     }
 }

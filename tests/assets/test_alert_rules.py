@@ -132,6 +132,17 @@ CASES = {
          f'modelgate_connections_dropped_total{{{SEL},reason="idle_timeout"}}': "0+30x40"},
         "15m", [],  # pending since 11m: one pause's rate lasts 5 min, the alert needs more
     ),
+    "slow senders cut time and again": case(
+        "ModelgateSlowSendersCut",
+        {f'modelgate_admission_errors_total{{{SEL},reason="body_too_slow"}}': "0+20x40"},
+        "15m", [{**WARN, "job": "modelgate", "namespace": NS}],
+    ),
+    "one slow body cut, other errors rising": case(
+        "ModelgateSlowSendersCut",
+        {f'modelgate_admission_errors_total{{{SEL},reason="body_too_slow"}}': "0x10 1x30",
+         f'modelgate_admission_errors_total{{{SEL},reason="deadline_exceeded"}}': "0+30x40"},
+        "15m", [],  # pending since 11m: one cut's rate lasts 5 min, the alert needs more
+    ),
     "the API server cannot call the mutating webhook": case(
         "ModelgateWebhookCallsFailing",
         {f'apiserver_admission_webhook_rejection_count{{{MUTATE_HOOK},error_type="calling_webhook_error",rejection_code="0"}}': "0+5x40"},

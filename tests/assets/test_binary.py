@@ -125,7 +125,8 @@ def test_spec_defaults_are_in_force(assets: Assets, serve_help, source: str) -> 
 
 CLIENT_LIMITS = [
     "--max-connections", "--max-http2-connections", "--max-concurrent-streams", "--max-requests-in-flight", "--max-header-list-bytes",
-    "--max-pending-accept-resets", "--idle-timeout", "--body-progress-timeout",
+    "--max-pending-accept-resets", "--idle-timeout", "--body-progress-timeout", "--max-buffered-body-bytes",
+    "--min-body-bytes-per-second",
 ]  # fmt: skip
 
 

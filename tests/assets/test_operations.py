@@ -25,6 +25,7 @@ ALERTS = {
     "ModelgateNoReadyReplica", "ModelgateAdmissionErrors", "ModelgateLatencyHigh", "ModelgateCertificateExpiring",
     "ModelgateCachesNotSynced", "ModelgateWebhookCallsFailing", "ModelgateWebhookFailingOpen",
     "ModelgateWebhookSlowFromApiServer", "ModelgateConnectionCapReached", "ModelgateWatchFailing",
+    "ModelgateSlowSendersCut",
 }  # fmt: skip
 
 

@@ -5,13 +5,14 @@
 // VerifyAdmissionResponse refuses, a denial or a patch that is no JSON Patch). Every scenario
 // must end with zero, and with no connection "at risk" (closed by the server while the client
 // could still reuse it). Scenarios run on servers of their own, the long ones in parallel with
-// the others: about 100 s in all. The summary also gives the server's RSS at the burst's peak
+// the others: about 110 s in all. The summary also gives the server's RSS at the burst's peak
 // and at its connection cap.
 //
 //	idle-boundary   requests on pooled connections at the idle timeouts that matter
 //	idle-95s        connections idle 95 s, then used
 //	burst-200       200 simultaneous calls, one connection each
 //	connection-cap  --max-connections idle connections held, 50 more calls waiting for a slot
+//	slow-senders    hundreds of trickling bodies (HTTP/1.1 and HTTP/2) while admissions are sent
 //	rolling-restart two replicas behind a connection-level balancer, one sent SIGTERM under load
 //	cert-rotation   the serving certificate replaced several times under load
 //
@@ -113,6 +114,7 @@ var scenarios = []scenario{
 	{"idle-95s", true, idle95s},
 	{"burst-200", false, burst200},
 	{"connection-cap", false, connectionCap},
+	{"slow-senders", false, slowSenders},
 	{"rolling-restart", false, rollingRestart},
 	{"cert-rotation", false, certRotation},
 }

@@ -623,3 +623,66 @@ fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
         "{would}"
     );
 }
+
+/// A model URI beyond the lookup limit is a miss with its own reason in every mode, and no
+/// answer copies it whole: the warning and the `would …` text name it shortened, so that each
+/// fits a warning whole, and the audit annotation stays as small.
+#[test]
+fn a_model_uri_beyond_the_lookup_limit_is_a_miss_that_no_answer_copies_whole() {
+    let uri = format!("hf://org/m{}x", "/".repeat(300_000));
+    let mut object = to_patch();
+    object["metadata"]["annotations"] = json!({"modelgate.io/model-uri": uri});
+    let mut index = CacheIndex::new();
+    index.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "m",
+        "hf://org/m",
+        &["g"],
+    ));
+    let in_ns = |ns: &str| {
+        run_in(
+            Webhook::Mutate,
+            ns,
+            object.clone(),
+            &PolicyConfig::default(),
+            &namespaces(),
+            &index,
+        )
+    };
+
+    let a = in_ns("ns-enforce");
+    assert!(a.allowed());
+    let patched = testing::apply(&object, a.patch.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        patched["metadata"]["annotations"]["modelgate.io/model-cache-reason"],
+        "uri-too-long"
+    );
+    assert_eq!(
+        a.warnings(),
+        ["uri-too-long: the model URI has 300011 bytes, more than 2048: not looked up"]
+    );
+    assert_eq!(
+        a.summary.model_cache,
+        Some(crate::cache::Resolved::Miss(
+            crate::cache::MissReason::UriTooLong
+        ))
+    );
+
+    let a = in_ns("ns-warn");
+    let would = a
+        .warnings()
+        .into_iter()
+        .find(|w| w.starts_with("would record a model cache miss for hf://org/m/"))
+        .expect("the would-be miss is a warning");
+    assert!(
+        would.len() <= MAX_WARNING_LEN && would.ends_with("model-cache-reason: uri-too-long)"),
+        "{would}"
+    );
+
+    let a = in_ns("ns-audit");
+    let facts = a.audit()["would-patch"].as_str().unwrap().to_string();
+    assert!(
+        facts.len() < 1024 && facts.contains("uri-too-long"),
+        "{facts}"
+    );
+}

@@ -184,9 +184,17 @@ impl Change {
         Change::new(Rule::ModelCache, What::Mount { uri, source })
     }
 
-    /// `record a model cache miss for <uri> (…)`.
+    /// `record a model cache miss for <uri> (…)`, the URI shortened so that `would …` fits a
+    /// warning whole.
     pub(crate) fn record_miss(uri: &str, reason: MissReason) -> Self {
-        let uri = uri.to_owned();
+        let fixed = What::RecordMiss {
+            uri: String::new(),
+            reason,
+        }
+        .to_string()
+        .len();
+        let room = MAX_WARNING_LEN.saturating_sub("would ".len() + fixed);
+        let uri = shorten_uri(uri, room).into_owned();
         Change::new(Rule::ModelCache, What::RecordMiss { uri, reason })
     }
 

@@ -1724,3 +1724,26 @@ fn the_one_pass_decode_and_the_raw_object_path_answer_alike() {
         }
     }
 }
+
+#[test]
+fn warnings_are_at_most_twenty_the_last_counting_the_rest_each_clipped_on_a_char_boundary() {
+    let numbered = |n: usize| -> Vec<String> { (0..n).map(|i| format!("w{i}")).collect() };
+    let mut twenty = numbered(20);
+    bound_warnings(&mut twenty);
+    assert_eq!(twenty, numbered(20));
+    let mut many = numbered(21);
+    bound_warnings(&mut many);
+    assert_eq!(many.len(), 20);
+    assert_eq!(many[18], "w18");
+    assert_eq!(many[19], "… and 2 more warnings");
+
+    let mut long = vec!["é".repeat(200), "short".to_string()];
+    bound_warnings(&mut long);
+    assert!(
+        long[0].len() <= MAX_WARNING_LEN && long[0].ends_with('…'),
+        "{}",
+        long[0]
+    );
+    assert!(long[0].starts_with("éé"));
+    assert_eq!(long[1], "short");
+}

@@ -46,16 +46,18 @@ impl Denial {
     }
 }
 
+/// The message: the first [`MAX_LISTED`](super::MAX_LISTED) violations, how many more there
+/// are, then the advice of every violation, each piece once (there are a handful).
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list: Vec<String> = self.violations.iter().map(ToString::to_string).collect();
+        super::write_listed(f, self.violations.iter(), "; ")?;
         let mut advice: Vec<&str> = Vec::new();
         for v in &self.violations {
             if !advice.contains(&v.advice) {
                 advice.push(v.advice);
             }
         }
-        write!(f, "{}. {}", list.join("; "), advice.join(" "))
+        write!(f, ". {}", advice.join(" "))
     }
 }
 
@@ -177,5 +179,54 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
         Ok(())
     } else {
         Err(Denial { violations: out })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denial(n: usize) -> Denial {
+        Denial {
+            violations: (0..n)
+                .map(|i| Violation {
+                    rule: Rule::NonRoot,
+                    field: format!("spec.containers[{i}].securityContext.runAsUser"),
+                    problem: "0 is outside 1..2147483647".into(),
+                    advice: if i % 2 == 0 { UID_ADVICE } else { GID_ADVICE },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_message_names_twenty_violations_then_counts_the_rest_and_keeps_every_advice() {
+        let twenty = denial(20).to_string();
+        assert_eq!(twenty.matches("is outside").count(), 20);
+        assert!(!twenty.contains("more"), "{twenty}");
+        assert!(
+            twenty.ends_with(&format!(". {UID_ADVICE} {GID_ADVICE}")),
+            "{twenty}"
+        );
+
+        let many = denial(45_000).to_string();
+        assert_eq!(many.matches("is outside").count(), 20);
+        assert!(
+            many.contains("spec.containers[19].securityContext.runAsUser: 0 is outside 1..2147483647; … and 44980 more. "),
+            "{many}"
+        );
+        assert!(
+            many.ends_with(&format!(". {UID_ADVICE} {GID_ADVICE}")),
+            "{many}"
+        );
+        assert!(many.len() < 4096);
+
+        let one = denial(1).to_string();
+        assert_eq!(
+            one,
+            format!(
+                "spec.containers[0].securityContext.runAsUser: 0 is outside 1..2147483647. {UID_ADVICE}"
+            )
+        );
     }
 }

@@ -632,6 +632,7 @@ fn violations(object: &Value, cfg: &PolicyConfig, all: bool) -> Vec<String> {
         0,
     );
     let managed = managed(object, cfg);
+    let pod_non_root = sc["runAsNonRoot"].as_bool();
     for list in LISTS {
         for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
             let path = format!("{dotted}.{list}[{i}]");
@@ -656,8 +657,16 @@ fn violations(object: &Value, cfg: &PolicyConfig, all: bool) -> Vec<String> {
                 &sc["runAsGroup"],
                 0,
             );
-            if all && sc["runAsNonRoot"] == false {
-                out.push(format!("{path}.securityContext.runAsNonRoot: false"));
+            // /validate holds the invariant alone: the effective runAsNonRoot (the
+            // container's, else the pod's) must be true.
+            let own = sc["runAsNonRoot"].as_bool();
+            if all && own.or(pod_non_root) != Some(true) {
+                let said = if own == Some(false) {
+                    "false"
+                } else {
+                    "not set"
+                };
+                out.push(format!("{path}.securityContext.runAsNonRoot: {said}"));
             }
         }
     }

@@ -987,7 +987,9 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
         badpod02.contains("container01") && badpod02.contains("runAsNonRoot"),
         "{badpod02}"
     );
-    // ... while the validating webhook alone refuses the containers that say false.
+    // ... while the validating webhook alone refuses every pod with a container whose
+    // effective runAsNonRoot is not true: the 16 bad pods, whether a container says false or
+    // nobody says anything (SPEC.md §6), and no good one.
     let run = review(&["--webhook", "validate", &nonroot]);
     assert_exit(&run, 1);
     let refused: Vec<String> = run
@@ -996,11 +998,19 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
         .filter(|l| l.contains(": denied: "))
         .map(|l| l.split(": ").nth(1).unwrap().to_string())
         .collect();
-    let expected: Vec<String> = [2, 4, 6, 8, 9, 10, 12, 14]
-        .iter()
+    let expected: Vec<String> = (1..=16)
         .map(|n| format!("Pod default/badpod{n:02}"))
         .collect();
     assert_eq!(refused, expected);
+    let badpod01 = run
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("Pod default/badpod01:"))
+        .unwrap();
+    assert!(
+        badpod01.contains("spec.containers[0].securityContext.runAsNonRoot: not set"),
+        "{badpod01}"
+    );
     // The patched pods all validate and a second pass changes nothing.
     let patched = review(&["-o", "patched", &nonroot]);
     let again = modelgate_env(

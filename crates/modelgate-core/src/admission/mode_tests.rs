@@ -176,7 +176,19 @@ fn enforce_patches_and_denies_as_written() {
     );
     assert_eq!(a.result(), ("enforce", "denied"));
 
+    // /validate holds the invariant alone: unmutated, the pod is refused (SPEC.md §6).
     let a = run(Webhook::Validate, "ns-enforce", to_patch());
+    assert!(!a.allowed() && a.patch.is_none());
+    assert_eq!(
+        a.response["status"]["message"].as_str().unwrap(),
+        "spec.containers[0].securityContext.runAsNonRoot: not set (neither the container nor \
+         the pod sets it to true). Set runAsNonRoot: true on the pod or the container \
+         (modelgate's mutating webhook sets it on the pod: check that it is registered for this \
+         namespace)."
+    );
+    assert_eq!(a.result(), ("enforce", "denied"));
+
+    let a = run(Webhook::Validate, "ns-enforce", compliant());
     assert!(a.allowed() && a.patch.is_none());
     assert_eq!(a.result(), ("enforce", "unchanged"));
 }

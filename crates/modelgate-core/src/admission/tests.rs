@@ -653,6 +653,73 @@ fn validator_lets_through_only_the_canonical_prep() {
     );
 }
 
+/// SPEC.md §6: `/validate` alone refuses every container but the canonical prep whose effective
+/// `runAsNonRoot` (its own, else the pod's) is not `true`, naming the container's own field.
+#[test]
+fn validator_alone_refuses_a_container_without_effective_run_as_non_root() {
+    let cfg = PolicyConfig::default();
+    let message = |spec: Value| {
+        let a = validate_pod(pod(spec), &cfg);
+        assert_eq!(a.allowed(), a.message().is_empty(), "{}", a.message());
+        a.message()
+    };
+    let c = |sc: Value| json!({"name": "c", "image": "x", "securityContext": sc});
+    // The pod's true covers every container; a container's own true overrides the pod's false.
+    assert_eq!(
+        message(json!({"securityContext": {"runAsNonRoot": true}, "containers": [c(json!({}))]})),
+        ""
+    );
+    assert_eq!(
+        message(json!({"securityContext": {"runAsNonRoot": false},
+                       "containers": [c(json!({"runAsNonRoot": true}))]})),
+        ""
+    );
+    // Unset on both, in every list: each container named.
+    let m = message(json!({
+        "initContainers": [{"name": "i", "image": "x"}],
+        "containers": [c(json!({"runAsUser": 5}))],
+        "ephemeralContainers": [{"name": "e", "image": "x"}]
+    }));
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        assert!(
+            m.contains(&format!(
+                "spec.{list}[0].securityContext.runAsNonRoot: not set (neither the container nor the pod sets it to true)"
+            )),
+            "{m}"
+        );
+    }
+    assert!(
+        m.ends_with("check that it is registered for this namespace)."),
+        "{m}"
+    );
+    // The pod says false and the container nothing.
+    let m =
+        message(json!({"securityContext": {"runAsNonRoot": false}, "containers": [c(json!({}))]}));
+    assert!(
+        m.starts_with(
+            "spec.containers[0].securityContext.runAsNonRoot: not set, and the pod's spec.securityContext.runAsNonRoot is false. "
+        ),
+        "{m}"
+    );
+    // The container says false: the message of old, whatever the pod says.
+    let m = message(
+        json!({"securityContext": {"runAsNonRoot": true}, "containers": [c(json!({"runAsNonRoot": false}))]}),
+    );
+    assert!(
+        m.starts_with("spec.containers[0].securityContext.runAsNonRoot: false is not allowed. "),
+        "{m}"
+    );
+    // A Windows pod is held to it too (mutation sets it there as well).
+    let windows = json!({"os": {"name": "windows"}, "containers": [c(json!({}))]});
+    assert!(message(windows.clone()).contains("runAsNonRoot: not set"));
+    let mutated = mutate(pod(windows)).patched;
+    assert!(validate_pod(mutated, &cfg).allowed());
+    // The canonical prep (runAsNonRoot: false, by necessity) is the one exception.
+    let prepped = mutate(cache_pod(pvc_volume())).patched;
+    assert_eq!(prep_of(&prepped)["securityContext"]["runAsNonRoot"], false);
+    assert!(validate_pod(prepped, &cfg).allowed());
+}
+
 // §5 -----------------------------------------------------------------------------------------
 
 /// Caches with everything a hit needs: node groups `workers` (node-type=gpu) and `gpu` (a PV

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::view::SecurityContextView;
 use super::workload::{ContainerList, Workload};
 use super::{Rule, cache_prep};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig};
@@ -66,6 +67,8 @@ const UID_ADVICE: &str =
 const GID_ADVICE: &str = "Use a gid in 0..2147483647, or leave it unset.";
 const NONROOT_ADVICE: &str =
     "Remove runAsNonRoot: false; only modelgate's own model-cache-prep may run as root.";
+const NONROOT_UNSET_ADVICE: &str = "Set runAsNonRoot: true on the pod or the container \
+     (modelgate's mutating webhook sets it on the pod: check that it is registered for this namespace).";
 const PREP_ADVICE: &str =
     "Remove the model-cache-prep container and let modelgate inject it, or rename your container.";
 
@@ -98,6 +101,37 @@ fn check_range(
     }
 }
 
+/// The invariant `/validate` holds by itself (SPEC.md §6): a container's effective
+/// `runAsNonRoot` (its own, else the pod's) is `true`. `sc` is the container's security
+/// context's path; the violation names the container's own field, where the fix goes.
+fn check_non_root(
+    out: &mut Vec<Violation>,
+    sc: &dyn Fn() -> FieldPath,
+    container: Option<&SecurityContextView>,
+    pod: Option<bool>,
+) {
+    let problem = match (container.and_then(|s| s.run_as_non_root), pod) {
+        (Some(true), _) | (None, Some(true)) => return,
+        (Some(false), _) => {
+            out.push(Violation {
+                rule: Rule::NonRoot,
+                field: sc().key("runAsNonRoot").to_string(),
+                problem: "false is not allowed".into(),
+                advice: NONROOT_ADVICE,
+            });
+            return;
+        }
+        (None, Some(false)) => "not set, and the pod's spec.securityContext.runAsNonRoot is false",
+        (None, None) => "not set (neither the container nor the pod sets it to true)",
+    };
+    out.push(Violation {
+        rule: Rule::NonRoot,
+        field: sc().key("runAsNonRoot").to_string(),
+        problem: problem.into(),
+        advice: NONROOT_UNSET_ADVICE,
+    });
+}
+
 pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
     let mut out = Vec::new();
     let pod_sc = || w.spec_path.key("securityContext");
@@ -120,6 +154,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     }
 
     let managed = cache_prep::is_managed(w, cfg);
+    let pod_non_root = w.pod_security().and_then(|p| p.run_as_non_root);
     for c in w.containers() {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
@@ -165,14 +200,9 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 0,
                 GID_ADVICE,
             );
-            if checks == Checks::All && sc.run_as_non_root == Some(false) {
-                out.push(Violation {
-                    rule: Rule::NonRoot,
-                    field: sc_path().key("runAsNonRoot").to_string(),
-                    problem: "false is not allowed".into(),
-                    advice: NONROOT_ADVICE,
-                });
-            }
+        }
+        if checks == Checks::All {
+            check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
         }
     }
     if out.is_empty() {

@@ -404,7 +404,8 @@ fn validate_mutated(
     let patched = serde_json::from_str::<serde_json::Value>(object.get())
         .ok()
         .and_then(|mut object| {
-            json_patch::patch(&mut object, &mutation.patch.into_patch().operations()).ok()?;
+            let operations = mutation.patch.into_patch().try_operations().ok()?;
+            json_patch::patch(&mut object, &operations).ok()?;
             serde_json::value::to_raw_value(&object).ok()
         });
     let Some(patched) = patched else {

@@ -590,11 +590,24 @@ fn cache_volume_of(object: &Value, cfg: &PolicyConfig) -> String {
         .to_string()
 }
 
+/// The cache volume is a node directory outside `--prep-host-path` (the generated configurations
+/// allow none): no prep there, the pod treated as under `never` (§4).
+fn host_path_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
+    assert!(cfg.prep_host_paths.is_empty());
+    spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v["name"] == volume && v.get("hostPath").is_some())
+}
+
 fn managed(object: &Value, cfg: &PolicyConfig) -> bool {
     let spec = object.pointer(prefix(object).0).unwrap();
+    let volume = cache_volume_of(object, cfg);
     cfg.model_cache_prep == PrepMode::Always
         && !is_windows(spec)
-        && has_writable_cache(spec, &cache_volume_of(object, cfg))
+        && has_writable_cache(spec, &volume)
+        && !host_path_cache(spec, &volume, cfg)
 }
 
 const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
@@ -1056,9 +1069,10 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
             before["initContainers"].as_array().map_or(0, Vec::len),
             "no prep injected"
         );
-        if cfg.model_cache_prep == PrepMode::Never
+        let volume = cache_volume_of(&object, &cfg);
+        if (cfg.model_cache_prep == PrepMode::Never || host_path_cache(before, &volume, &cfg))
             && !windows
-            && has_writable_cache(before, &cache_volume_of(&object, &cfg))
+            && has_writable_cache(before, &volume)
             && before["securityContext"]["runAsUser"].is_null()
             && !sc["runAsUser"].is_null()
         {

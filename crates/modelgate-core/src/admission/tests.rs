@@ -470,7 +470,6 @@ fn only_writable_storage_gets_a_prep() {
         ),
         (json!({"csi": {"driver": "d"}}), true),
         (json!({"nfs": {"server": "s", "path": "/p"}}), true),
-        (json!({"hostPath": {"path": "/p"}}), true),
         (json!({"cephfs": {"monitors": ["m"]}}), true),
         (json!({"rbd": {"monitors": ["m"], "image": "i"}}), true),
         (
@@ -505,6 +504,73 @@ fn only_writable_storage_gets_a_prep() {
             "{source}"
         );
     }
+}
+
+/// SPEC.md §4: a `hostPath` cache volume names a node directory the pod chose, so the root prep
+/// never runs there unless the operator allowed the directory with `--prep-host-path`; the pod
+/// is then treated as under `--model-cache-prep=never`, with a warning that says why.
+#[test]
+fn a_host_path_cache_gets_no_root_prep_outside_the_allowed_prefixes() {
+    let host = |path: &str| json!({"name": "model-cache", "hostPath": {"path": path}});
+    let withheld = |path: &str| {
+        format!(
+            "the cache volume is hostPath {path} on the node, outside --prep-host-path: no root \
+             model-cache-prep there; the pod is treated as under --model-cache-prep=never"
+        )
+    };
+    // No prefix by default: `chown 0:102 /etc && chmod g+rwX /etc` is never written.
+    let a = mutate(cache_pod(host("/etc")));
+    assert!(prep_of(&a.patched).is_null(), "{}", a.patched);
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 101, "runAsGroup": 1000, "fsGroup": 102})
+    );
+    assert_eq!(a.warnings(), [withheld("/etc")]);
+
+    let cfg = PolicyConfig {
+        prep_host_paths: vec!["/data/models".into()],
+        ..PolicyConfig::default()
+    };
+    let index = CacheIndex::new();
+    let allowed = mutate_with(
+        "Pod",
+        "team-a",
+        cache_pod(host("/data/models/llm")),
+        &cfg,
+        &index,
+    );
+    assert_eq!(
+        prep_command(&allowed.patched),
+        "chown 0:102 /models && chmod g+rwX /models"
+    );
+    assert!(allowed.warnings().is_empty(), "{:?}", allowed.warnings());
+    for outside in [
+        "/data/models-evil",
+        "/data/models/../../etc",
+        "/data",
+        "models",
+    ] {
+        let a = mutate_with("Pod", "team-a", cache_pod(host(outside)), &cfg, &index);
+        assert!(prep_of(&a.patched).is_null(), "{outside}: {}", a.patched);
+        assert_eq!(a.warnings(), [withheld(outside)], "{outside}");
+    }
+    // A hostPath named by the per-pod annotation is held to the same rule.
+    let mut annotated = cache_pod(json!({"name": "weights", "hostPath": {"path": "/"}}));
+    annotated["metadata"]["annotations"] = json!({"modelgate.io/cache-volume": "weights"});
+    assert!(prep_of(&mutate(annotated).patched).is_null());
+
+    // The validator never lets a prep through on a disallowed host path, canonical or not.
+    assert!(validate_pod(allowed.patched.clone(), &cfg).allowed());
+    let a = validate_pod(allowed.patched.clone(), &PolicyConfig::default());
+    assert!(
+        a.message()
+            .contains("spec.initContainers[0]: a container named model-cache-prep that is not"),
+        "{}",
+        a.message()
+    );
+    let mut moved = allowed.patched.clone();
+    moved["spec"]["volumes"][0]["hostPath"]["path"] = json!("/data/models/../../etc");
+    assert!(!validate_pod(moved, &cfg).allowed());
 }
 
 #[test]

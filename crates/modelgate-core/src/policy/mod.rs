@@ -361,9 +361,7 @@ pub(crate) fn mutate_create(
     }
 
     // 4. The prep container last: inserting it at the front shifts the init containers.
-    if cache_prep::withheld_by_pod_security(w, cfg) {
-        m.notes.push(cache_prep::withheld_warning(w));
-    }
+    m.notes.extend(cache_prep::withheld_warning(w, cfg));
     if prep_managed {
         let uid = identity.run_as_user.or(w.pod_run_as_user());
         let fs_group = fs_group.or(w.pod_fs_group());

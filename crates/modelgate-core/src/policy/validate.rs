@@ -155,6 +155,22 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
 
     let managed = cache_prep::is_managed(w, cfg);
     let pod_non_root = w.pod_security().and_then(|p| p.run_as_non_root);
+    // The one init container that may be the canonical prep: the first of that name, judged
+    // once against the canonical container for this pod, when modelgate manages one (a second
+    // container of that name is a second root container, never canonical).
+    let canonical_prep = (checks == Checks::All && managed)
+        .then(|| {
+            let i = w
+                .spec
+                .init_containers()
+                .iter()
+                .position(|c| c.container.name() == PREP_CONTAINER)?;
+            let command = cache_prep::canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group());
+            let volume = cache_prep::cache_volume_name(w, cfg);
+            let canonical = cache_prep::canonical(cfg, volume, &command);
+            cache_prep::is_canonical_at(w, i, &canonical).then_some(i)
+        })
+        .flatten();
     for c in w.containers() {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
@@ -163,15 +179,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
                 Checks::RangesOnly => {}
                 Checks::All => {
-                    // Judged against the canonical container for this pod, when modelgate
-                    // manages one.
-                    let is_canonical = c.list == ContainerList::Init
-                        && cache_prep::canonical_command_for(w, cfg).is_some_and(|command| {
-                            let volume = cache_prep::cache_volume_name(w, cfg);
-                            let canonical = cache_prep::canonical(cfg, volume, &command);
-                            cache_prep::is_canonical_at(w, c.index, &canonical)
-                        });
-                    if is_canonical {
+                    if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
                     }
                     out.push(Violation {

@@ -232,6 +232,26 @@ fn pod_spec_prefix(object: &Value) -> &'static str {
     }
 }
 
+/// SPEC.md §6's invariant, restated on an object as received: the containers (every list) whose
+/// effective `runAsNonRoot` (their own, else the pod's) is not `true`, as `<prefix>.<list>[i]`.
+fn lacking_non_root(object: &Value, prefix: &str) -> Vec<String> {
+    let spec = &object
+        .pointer(&pointer_of(prefix))
+        .cloned()
+        .unwrap_or_default();
+    let pod = spec["securityContext"]["runAsNonRoot"].as_bool();
+    let mut out = Vec::new();
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
+            let own = c["securityContext"]["runAsNonRoot"].as_bool();
+            if own.or(pod) != Some(true) {
+                out.push(format!("{prefix}.{list}[{i}]"));
+            }
+        }
+    }
+    out
+}
+
 fn pointer_of(dotted: &str) -> String {
     // "spec.containers[1]" → "/spec/containers/1"
     let mut p = String::new();
@@ -799,7 +819,10 @@ fn check_expectation(o: &Outcome, expect: &Expect) {
                     "{label}: {w}"
                 );
             }
-            if fixed.is_empty() {
+            // /validate on the original holds §6's invariant alone: it refuses exactly the
+            // containers without an effective runAsNonRoot: true, those that say false among them.
+            let lacking = lacking_non_root(original, prefix);
+            if lacking.is_empty() {
                 assert!(
                     v.allowed,
                     "{label}: /validate on the original: {}",
@@ -808,8 +831,16 @@ fn check_expectation(o: &Outcome, expect: &Expect) {
             } else {
                 assert!(
                     !v.allowed,
-                    "{label}: /validate must refuse runAsNonRoot: false"
+                    "{label}: /validate must refuse {lacking:?} without runAsNonRoot: true"
                 );
+                for c in lacking.iter().take(20) {
+                    let frag = format!("{c}.securityContext.runAsNonRoot: ");
+                    assert!(
+                        v.message.contains(&frag),
+                        "{label}: lacks `{frag}`: {}",
+                        v.message
+                    );
+                }
                 for c in *fixed {
                     let frag = format!("{prefix}.{c}.securityContext.runAsNonRoot: false");
                     assert!(

@@ -590,11 +590,24 @@ fn cache_volume_of(object: &Value, cfg: &PolicyConfig) -> String {
         .to_string()
 }
 
+/// The cache volume is a node directory outside `--prep-host-path` (the generated configurations
+/// allow none): no prep there, the pod treated as under `never` (§4).
+fn host_path_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
+    assert!(cfg.prep_host_paths.is_empty());
+    spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v["name"] == volume && v.get("hostPath").is_some())
+}
+
 fn managed(object: &Value, cfg: &PolicyConfig) -> bool {
     let spec = object.pointer(prefix(object).0).unwrap();
+    let volume = cache_volume_of(object, cfg);
     cfg.model_cache_prep == PrepMode::Always
         && !is_windows(spec)
-        && has_writable_cache(spec, &cache_volume_of(object, cfg))
+        && has_writable_cache(spec, &volume)
+        && !host_path_cache(spec, &volume, cfg)
 }
 
 const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
@@ -632,6 +645,7 @@ fn violations(object: &Value, cfg: &PolicyConfig, all: bool) -> Vec<String> {
         0,
     );
     let managed = managed(object, cfg);
+    let pod_non_root = sc["runAsNonRoot"].as_bool();
     for list in LISTS {
         for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
             let path = format!("{dotted}.{list}[{i}]");
@@ -656,8 +670,16 @@ fn violations(object: &Value, cfg: &PolicyConfig, all: bool) -> Vec<String> {
                 &sc["runAsGroup"],
                 0,
             );
-            if all && sc["runAsNonRoot"] == false {
-                out.push(format!("{path}.securityContext.runAsNonRoot: false"));
+            // /validate holds the invariant alone: the effective runAsNonRoot (the
+            // container's, else the pod's) must be true.
+            let own = sc["runAsNonRoot"].as_bool();
+            if all && own.or(pod_non_root) != Some(true) {
+                let said = if own == Some(false) {
+                    "false"
+                } else {
+                    "not set"
+                };
+                out.push(format!("{path}.securityContext.runAsNonRoot: {said}"));
             }
         }
     }
@@ -1047,9 +1069,10 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
             before["initContainers"].as_array().map_or(0, Vec::len),
             "no prep injected"
         );
-        if cfg.model_cache_prep == PrepMode::Never
+        let volume = cache_volume_of(&object, &cfg);
+        if (cfg.model_cache_prep == PrepMode::Never || host_path_cache(before, &volume, &cfg))
             && !windows
-            && has_writable_cache(before, &cache_volume_of(&object, &cfg))
+            && has_writable_cache(before, &volume)
             && before["securityContext"]["runAsUser"].is_null()
             && !sc["runAsUser"].is_null()
         {

@@ -987,7 +987,9 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
         badpod02.contains("container01") && badpod02.contains("runAsNonRoot"),
         "{badpod02}"
     );
-    // ... while the validating webhook alone refuses the containers that say false.
+    // ... while the validating webhook alone refuses every pod with a container whose
+    // effective runAsNonRoot is not true: the 16 bad pods, whether a container says false or
+    // nobody says anything (SPEC.md §6), and no good one.
     let run = review(&["--webhook", "validate", &nonroot]);
     assert_exit(&run, 1);
     let refused: Vec<String> = run
@@ -996,11 +998,19 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
         .filter(|l| l.contains(": denied: "))
         .map(|l| l.split(": ").nth(1).unwrap().to_string())
         .collect();
-    let expected: Vec<String> = [2, 4, 6, 8, 9, 10, 12, 14]
-        .iter()
+    let expected: Vec<String> = (1..=16)
         .map(|n| format!("Pod default/badpod{n:02}"))
         .collect();
     assert_eq!(refused, expected);
+    let badpod01 = run
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("Pod default/badpod01:"))
+        .unwrap();
+    assert!(
+        badpod01.contains("spec.containers[0].securityContext.runAsNonRoot: not set"),
+        "{badpod01}"
+    );
     // The patched pods all validate and a second pass changes nothing.
     let patched = review(&["-o", "patched", &nonroot]);
     let again = modelgate_env(
@@ -1176,4 +1186,164 @@ fn review_judges_controllers_by_their_pod_templates() {
     let run = review(&["-o", "patch", &path]);
     assert_exit(&run, 1);
     assert!(!run.stdout.contains("\"op\""), "{}", run.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input: host paths, sizes, flags that reach a shell
+// ---------------------------------------------------------------------------------------------
+
+/// A pod whose model cache is the node directory `path`.
+fn host_path_pod(path: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "host", "namespace": "team-a"},
+        "spec": {
+            "volumes": [{"name": "model-cache", "hostPath": {"path": path}}],
+            "containers": [{"name": "main", "image": "vllm",
+                            "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}]}]
+        }
+    })
+    .to_string()
+}
+
+/// SPEC.md §4: no root prep on a node directory the pod chose, unless `--prep-host-path` (or
+/// its environment variable) allows it; `review` says why in a warning.
+#[test]
+fn a_host_path_cache_gets_the_prep_only_under_an_allowed_prefix() {
+    let patched = |args: &[&str], env: &[(&str, &str)], path: &str| {
+        let mut all = vec!["review", "-o", "patched-json"];
+        all.extend_from_slice(args);
+        all.push("-");
+        let run = modelgate_env(&all, env, Some(&host_path_pod(path)));
+        assert_exit(&run, 0);
+        run.json_lines().remove(0)
+    };
+    let etc = patched(&[], &[], "/etc");
+    assert!(etc["spec"].get("initContainers").is_none(), "{etc}");
+    assert_eq!(etc["spec"]["securityContext"]["runAsUser"], 101);
+    let run = modelgate_env(&["review", "-"], &[], Some(&host_path_pod("/etc")));
+    assert!(
+        run.stdout.contains(
+            "the cache volume is hostPath /etc on the node, outside --prep-host-path: no root model-cache-prep there"
+        ),
+        "{}",
+        run.stdout
+    );
+
+    let allowed = patched(
+        &["--prep-host-path", "/data/models/"],
+        &[],
+        "/data/models/llm",
+    );
+    assert_eq!(
+        allowed["spec"]["initContainers"][0]["command"][2],
+        "chown 0:102 /models && chmod g+rwX /models"
+    );
+    let from_env = patched(
+        &[],
+        &[("MODELGATE_PREP_HOST_PATH", "/srv,/data/models")],
+        "/data/models/llm",
+    );
+    assert_eq!(
+        from_env["spec"]["initContainers"],
+        allowed["spec"]["initContainers"]
+    );
+    for outside in ["/data/models-evil", "/data/models/../../etc"] {
+        let p = patched(&["--prep-host-path=/data/models"], &[], outside);
+        assert!(p["spec"].get("initContainers").is_none(), "{outside}: {p}");
+    }
+    // The prep that one allowed pod got does not pass on another node directory.
+    let mut elsewhere = allowed.clone();
+    elsewhere["spec"]["volumes"][0]["hostPath"]["path"] = json!("/etc");
+    let run = modelgate_env(
+        &[
+            "review",
+            "--webhook",
+            "validate",
+            "--prep-host-path",
+            "/data/models",
+            "-",
+        ],
+        &[],
+        Some(&elsewhere.to_string()),
+    );
+    assert_exit(&run, 1);
+    assert!(
+        run.stdout.contains("spec.initContainers[0]"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn prep_host_path_and_mount_paths_are_checked_at_start() {
+    let input = fixture("list.json");
+    for (args, flag) in [
+        (vec!["--prep-host-path", "data/models"], "--prep-host-path"),
+        (vec!["--prep-host-path="], "--prep-host-path"),
+        (
+            vec!["--cache-mount-path", "/models; reboot"],
+            "--cache-mount-path",
+        ),
+        (
+            vec!["--cache-mount-path", "/my models"],
+            "--cache-mount-path",
+        ),
+        (vec!["--cache-mount-path", "/$(id)"], "--cache-mount-path"),
+        (vec!["--cache-mount-path", "models"], "--cache-mount-path"),
+        (
+            vec!["--model-mount-path", "mnt/models"],
+            "--model-mount-path",
+        ),
+    ] {
+        let mut all = vec!["review"];
+        all.extend(args.iter().copied());
+        all.push(&input);
+        let run = modelgate(&all);
+        assert_exit(&run, 2);
+        assert_eq!(run.stdout, "");
+        let line = one_line(&run.stderr);
+        assert!(line.contains(flag), "{args:?}: {line}");
+    }
+    let run = modelgate_env(
+        &["review", &input],
+        &[("MODELGATE_PREP_HOST_PATH", "relative")],
+        None,
+    );
+    assert_exit(&run, 2);
+    // The cache mount path is normalised before it goes into the command.
+    let run = modelgate_env(
+        &["review", "-o", "patched-json", "--cache-mount-path", "/cache//root/", "-"],
+        &[],
+        Some(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                    "spec": {"volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}}],
+                             "containers": [{"name": "c", "image": "x"}]}})
+            .to_string(),
+        ),
+    );
+    assert_exit(&run, 0);
+    assert_eq!(
+        run.json_lines()[0]["spec"]["initContainers"][0]["command"][2],
+        "chown 0:102 /cache/root && chmod g+rwX /cache/root"
+    );
+}
+
+/// SPEC.md §7 through `review`: 2 000 containers with `runAsUser: 0` are denied with a message
+/// that names 20 of them (the core's tests take 45 000 through the pipeline; reading that much
+/// YAML in a debug build takes a minute here).
+#[test]
+fn a_huge_denial_is_printed_capped() {
+    let containers: Vec<Value> = (0..2_000)
+        .map(
+            |i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsUser": 0}}),
+        )
+        .collect();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "many"},
+                     "spec": {"containers": containers}});
+    let run = modelgate_env(&["review", "-"], &[], Some(&pod.to_string()));
+    assert_exit(&run, 1);
+    assert!(run.stdout.len() < 64 << 10, "{} bytes", run.stdout.len());
+    assert!(run.stdout.contains("; … and 1980 more. "), "{}", run.stdout);
+    assert_eq!(run.stdout.matches("is outside 1..2147483647").count(), 20);
 }

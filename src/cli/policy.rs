@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 
 use crate::config::{
     CacheLayout, IdSetting, PolicyConfig, PrepMode, absolute_path, non_empty, parse_fsgroup,
-    parse_gid_or_none, parse_init_container_user, parse_uid_or_none,
+    parse_gid_or_none, parse_init_container_user, parse_prep_host_path, parse_uid_or_none,
+    shell_safe_path,
 };
 use crate::namespaces::Mode;
 
@@ -91,8 +92,9 @@ pub struct PolicyArgs {
     #[arg(long, env = "MODELGATE_CACHE_VOLUME", default_value = "model-cache", value_parser = non_empty)]
     pub cache_volume: String,
 
-    /// Where the prep container mounts the cache volume's root.
-    #[arg(long, env = "MODELGATE_CACHE_MOUNT_PATH", default_value = "/models", value_parser = absolute_path)]
+    /// Where the prep container mounts the cache volume's root (absolute; it goes into the
+    /// prep's shell command, so only letters, digits and / . _ - + : @ % , =).
+    #[arg(long, env = "MODELGATE_CACHE_MOUNT_PATH", default_value = "/models", value_parser = shell_safe_path)]
     pub cache_mount_path: String,
 
     /// Where a resolved node-local model is mounted read-only.
@@ -115,6 +117,17 @@ pub struct PolicyArgs {
     /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
     #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = ModeArg::Enforce)]
     pub default_mode: ModeArg,
+
+    /// Node directory under which a hostPath cache volume still gets the root prep (repeatable,
+    /// absolute; none by default: a hostPath cache gets no prep, as under --model-cache-prep=never).
+    #[arg(
+        long = "prep-host-path",
+        env = "MODELGATE_PREP_HOST_PATH",
+        value_name = "PREFIX",
+        value_delimiter = ',',
+        value_parser = parse_prep_host_path
+    )]
+    pub prep_host_paths: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -140,6 +153,7 @@ impl PolicyArgs {
             },
             exempt_namespaces: self.exempt_namespaces,
             default_mode: self.default_mode.into(),
+            prep_host_paths: self.prep_host_paths,
         }
         // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).
         .with_default_exemptions(std::env::var("POD_NAMESPACE").ok().as_deref())

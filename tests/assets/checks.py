@@ -58,6 +58,7 @@ POLICY_FLAGS = {
     "--model-mount-path",
     "--exempt-namespace",
     "--cache-layout",
+    "--prep-host-path",
 }
 
 

@@ -157,6 +157,8 @@ def test_schema_accepts_init_container_user(assets: Assets, v: str) -> None:
         ("/audit/namespaces/0", ["--set", "audit.namespaces={Team_A}"]),
         ("/audit/pageSize", ["--set", "audit.pageSize=0"]),
         ("/audit", ["--set", "audit.reportAPI=openreports"]),
+        ("/prepHostPaths/0", ["--set", "prepHostPaths={data/models}"]),
+        ("/cacheMountPath", ["--set", "cacheMountPath=/my models"]),
     ],
     ids=lambda v: v if isinstance(v, str) else " ".join(v),
 )
@@ -175,6 +177,8 @@ def test_schema_rejects(assets: Assets, field: str, args: list[str]) -> None:
         ("--default-mode=audit", ["--set", "defaultMode=audit"]),
         ("--max-connections=1000", ["--set", "limits.maxConnections=1000"]),
         ("--idle-timeout=300s", ["--set", "limits.idleTimeoutSeconds=300"]),
+        ("--prep-host-path=/data/models", ["--set", "prepHostPaths={/data/models,/srv/cache}"]),
+        ("--prep-host-path=/srv/cache", ["--set", "prepHostPaths={/data/models,/srv/cache}"]),
     ],
 )
 def test_schema_accepts(assets: Assets, want: str, args: list[str]) -> None:

@@ -169,6 +169,9 @@ kube-system and their own namespace (POD_NAMESPACE), which is the release namesp
 - {{ printf "--cache-mount-path=%s" .Values.cacheMountPath | quote }}
 - {{ printf "--model-mount-path=%s" .Values.modelMountPath | quote }}
 - --cache-layout={{ .Values.cacheLayout }}
+{{- range .Values.prepHostPaths }}
+- {{ printf "--prep-host-path=%s" . | quote }}
+{{- end }}
 {{- if .Values.exemptNamespaces }}
 {{- range (include "modelgate.exemptNamespaces" . | fromJsonArray) }}
 - --exempt-namespace={{ . }}

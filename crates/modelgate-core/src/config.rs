@@ -82,6 +82,10 @@ pub struct PolicyConfig {
 
     /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
     pub default_mode: Mode,
+
+    /// Node directories under which a `hostPath` cache volume still gets the prep, normalised
+    /// ([`parse_prep_host_path`]); none by default (SPEC.md §4).
+    pub prep_host_paths: Vec<String>,
 }
 
 impl Default for PolicyConfig {
@@ -99,6 +103,7 @@ impl Default for PolicyConfig {
             cache_layout: CacheLayout::StorageKey,
             exempt_namespaces: Vec::new(),
             default_mode: Mode::Enforce,
+            prep_host_paths: Vec::new(),
         }
     }
 }
@@ -120,6 +125,55 @@ impl PolicyConfig {
     pub fn is_exempt(&self, namespace: &str) -> bool {
         self.exempt_namespaces.iter().any(|n| n == namespace)
     }
+
+    /// Whether the node directory `path` (a `hostPath` volume's) lies under one of
+    /// `--prep-host-path`'s prefixes: compared after normalising, whole path components only
+    /// (`/data/models` allows `/data/models/x`, never `/data/models-evil`). A relative path
+    /// lies under none.
+    pub fn allows_prep_on_host_path(&self, path: &str) -> bool {
+        let Some(path) = normalise_absolute(path) else {
+            return false;
+        };
+        self.prep_host_paths.iter().any(|prefix| {
+            prefix == "/"
+                || path
+                    .strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+}
+
+/// An absolute path with `.`, `..` and repeated or trailing `/` resolved as the kernel would
+/// without symlinks (`/data/models/../../etc` is `/etc`, `..` at the root stays there); `None`
+/// for a relative or empty path.
+pub fn normalise_absolute(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for part in &parts {
+        out.push('/');
+        out.push_str(part);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Some(out)
+}
+
+/// `--prep-host-path`: an absolute node directory, kept normalised.
+pub fn parse_prep_host_path(s: &str) -> Result<String, String> {
+    normalise_absolute(s).ok_or_else(|| format!("`{s}` is not an absolute path"))
 }
 
 fn parse_int(s: &str) -> Result<i64, String> {
@@ -178,13 +232,24 @@ pub fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--model-mount-path`: an absolute path, kept normalised (it is compared with the mounts
+/// pods already have).
 pub fn absolute_path(s: &str) -> Result<String, String> {
-    if !s.starts_with('/') || s.contains(['\n', '\'', '"', ';', '&', '|', '$', '`']) {
-        Err(format!(
-            "`{s}` must be an absolute path without shell metacharacters"
-        ))
-    } else {
-        Ok(s.to_string())
+    normalise_absolute(s).ok_or_else(|| format!("`{s}` must be an absolute path"))
+}
+
+/// `--cache-mount-path`: an absolute path, normalised, that goes into the prep's `sh -c`
+/// command as it is, so it may hold only characters no shell gives a meaning to: letters,
+/// digits and `/ . _ - + : @ % , =`. Whitespace, quotes, `$`, `;`, `*`, `~`, … are refused.
+pub fn shell_safe_path(s: &str) -> Result<String, String> {
+    let path = normalise_absolute(s).ok_or_else(|| format!("`{s}` must be an absolute path"))?;
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
+    match path.chars().find(|c| !safe(*c)) {
+        None => Ok(path),
+        Some(c) => Err(format!(
+            "`{s}` holds {c:?}; only letters, digits and / . _ - + : @ % , = may appear, \
+             since the path goes into the prep container's shell command"
+        )),
     }
 }
 
@@ -236,9 +301,95 @@ mod tests {
     }
 
     #[test]
-    fn paths_must_be_absolute_and_shell_safe() {
-        assert!(absolute_path("/models").is_ok());
+    fn mount_paths_must_be_absolute_and_the_cache_one_shell_safe() {
+        assert_eq!(absolute_path("/mnt//models/"), Ok("/mnt/models".into()));
         assert!(absolute_path("models").is_err());
-        assert!(absolute_path("/m; rm -rf /").is_err());
+        assert!(absolute_path("").is_err());
+        assert_eq!(shell_safe_path("/models"), Ok("/models".into()));
+        assert_eq!(shell_safe_path("/a/./b/../c"), Ok("/a/c".into()));
+        assert_eq!(shell_safe_path("/data/m-1_2.x"), Ok("/data/m-1_2.x".into()));
+        for bad in [
+            "models",
+            "",
+            "/m; rm -rf /",
+            "/m && id",
+            "/m x",
+            "/m\tx",
+            "/m\nx",
+            "/$(id)",
+            "/`id`",
+            "/m'x",
+            "/m\"x",
+            "/m*",
+            "/m?",
+            "/~root",
+            "/m|x",
+            "/m>x",
+            "/m\\x",
+            "/mé",
+        ] {
+            assert!(shell_safe_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn host_paths_normalise_and_match_whole_components() {
+        assert_eq!(normalise_absolute("/"), Some("/".into()));
+        assert_eq!(
+            normalise_absolute("//data//models/"),
+            Some("/data/models".into())
+        );
+        assert_eq!(
+            normalise_absolute("/data/./models/."),
+            Some("/data/models".into())
+        );
+        assert_eq!(
+            normalise_absolute("/data/models/../../etc"),
+            Some("/etc".into())
+        );
+        assert_eq!(normalise_absolute("/../../etc"), Some("/etc".into()));
+        assert_eq!(normalise_absolute("data/models"), None);
+        assert_eq!(normalise_absolute(""), None);
+        assert_eq!(
+            parse_prep_host_path("/data//models/"),
+            Ok("/data/models".into())
+        );
+        for bad in ["", "data", "./data"] {
+            assert!(parse_prep_host_path(bad).is_err(), "{bad:?}");
+        }
+
+        let cfg = PolicyConfig {
+            prep_host_paths: vec!["/data/models".into(), "/srv/cache".into()],
+            ..Default::default()
+        };
+        for allowed in [
+            "/data/models",
+            "/data/models/",
+            "/data/models/x",
+            "/data/models/x/../y",
+            "//data/models//x",
+            "/srv/cache/llm",
+        ] {
+            assert!(cfg.allows_prep_on_host_path(allowed), "{allowed}");
+        }
+        for refused in [
+            "/data/models-evil",
+            "/data/model",
+            "/data",
+            "/data/models/../../etc",
+            "/data/models/..",
+            "/etc",
+            "/",
+            "data/models/x",
+            "",
+        ] {
+            assert!(!cfg.allows_prep_on_host_path(refused), "{refused}");
+        }
+        assert!(!PolicyConfig::default().allows_prep_on_host_path("/data/models"));
+        let root = PolicyConfig {
+            prep_host_paths: vec!["/".into()],
+            ..Default::default()
+        };
+        assert!(root.allows_prep_on_host_path("/etc"));
     }
 }

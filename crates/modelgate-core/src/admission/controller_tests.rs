@@ -392,7 +392,8 @@ fn a_pods_admission_never_scans_the_body_again_for_the_objects_text() {
     let scans = || super::decode::RAW_OBJECT_SCANS.with(std::cell::Cell::get);
     let index = CacheIndex::new();
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                     "spec": {"containers": [{"name": "a", "image": "b"}]}});
+                     "spec": {"securityContext": {"runAsNonRoot": true},
+                              "containers": [{"name": "a", "image": "b"}]}});
     let body = review(WorkloadKind::Pod, "CREATE", "team-a", &pod, None);
     let before = scans();
     for webhook in [Webhook::Mutate, Webhook::Validate] {

@@ -199,6 +199,47 @@ fn decide_object(
     body: &[u8],
     ctx: &Context,
 ) -> Decision {
+    let mut decision = decide_unbounded(webhook, req, object, body, ctx);
+    bound_warnings(&mut decision.warnings);
+    decision
+}
+
+/// SPEC.md §7: an answer has at most [`MAX_LISTED`](policy::MAX_LISTED) warnings, each of at
+/// most [`MAX_WARNING_LEN`] bytes (the API server truncates longer ones). When there were more,
+/// the last one kept says how many were left out.
+fn bound_warnings(warnings: &mut Vec<String>) {
+    if warnings.len() > policy::MAX_LISTED {
+        let left_out = warnings.len() - (policy::MAX_LISTED - 1);
+        warnings.truncate(policy::MAX_LISTED - 1);
+        warnings.push(format!("… and {left_out} more warnings"));
+    }
+    for w in warnings.iter_mut() {
+        clip_warning(w);
+    }
+}
+
+/// Cuts a warning the policy could not fit (it shortens URIs itself, so that names survive) at
+/// [`MAX_WARNING_LEN`] bytes, on a character boundary, marked `…`.
+fn clip_warning(w: &mut String) {
+    if w.len() <= MAX_WARNING_LEN {
+        return;
+    }
+    let mut end = MAX_WARNING_LEN - '…'.len_utf8();
+    while !w.is_char_boundary(end) {
+        end -= 1;
+    }
+    w.truncate(end);
+    w.push('…');
+}
+
+/// [`decide_object`] before its warnings are bounded.
+fn decide_unbounded(
+    webhook: Webhook,
+    req: &Request,
+    object: ObjectInput,
+    body: &[u8],
+    ctx: &Context,
+) -> Decision {
     let Some(kind) = req.workload_kind() else {
         let mut d = Decision::allow();
         if webhook == Webhook::Mutate {
@@ -363,7 +404,8 @@ fn validate_mutated(
     let patched = serde_json::from_str::<serde_json::Value>(object.get())
         .ok()
         .and_then(|mut object| {
-            json_patch::patch(&mut object, &mutation.patch.into_patch().operations()).ok()?;
+            let operations = mutation.patch.into_patch().try_operations().ok()?;
+            json_patch::patch(&mut object, &operations).ok()?;
             serde_json::value::to_raw_value(&object).ok()
         });
     let Some(patched) = patched else {
@@ -409,17 +451,19 @@ impl<'a> DecodedObject<'a> {
             }
         };
         let decoded = decoded.map_err(|failure| {
+            // Both may quote the object (a map key in the path, a string value in the message):
+            // shortened, so that a message never grows with what the request put there.
             let field = if failure.path == "." {
                 "request.object".to_string()
             } else {
-                failure.path
+                policy::shorten_uri(&failure.path, MAX_WARNING_LEN).into_owned()
             };
             fail(
                 field,
                 format!(
                     "cannot be decoded as a {}: {}",
                     kind.as_str(),
-                    failure.message
+                    policy::shorten_uri(&failure.message, MAX_WARNING_LEN)
                 ),
             )
         })?;

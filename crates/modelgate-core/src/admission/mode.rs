@@ -14,7 +14,7 @@
 
 use super::Decision;
 use crate::namespaces::{Mode, NamespaceMode};
-use crate::policy::{Denial, Mutation};
+use crate::policy::{Denial, Mutation, listed};
 
 /// Audit annotation: what the mutation would change, `; `-separated.
 pub(super) const WOULD_PATCH: &str = "would-patch";
@@ -120,8 +120,8 @@ pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
         }
         (Mode::Audit, Ok(m)) => {
             if !m.changes.is_empty() {
-                let facts: Vec<String> = m.changes.iter().map(|c| c.description()).collect();
-                d.audit_annotations.insert(WOULD_PATCH, facts.join("; "));
+                let facts = listed(m.changes.iter().map(|c| c.description()), "; ");
+                d.audit_annotations.insert(WOULD_PATCH, facts);
             }
             d.result = Some(would_patch_or_unchanged(&m.changes));
         }

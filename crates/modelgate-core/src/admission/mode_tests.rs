@@ -176,7 +176,19 @@ fn enforce_patches_and_denies_as_written() {
     );
     assert_eq!(a.result(), ("enforce", "denied"));
 
+    // /validate holds the invariant alone: unmutated, the pod is refused (SPEC.md §6).
     let a = run(Webhook::Validate, "ns-enforce", to_patch());
+    assert!(!a.allowed() && a.patch.is_none());
+    assert_eq!(
+        a.response["status"]["message"].as_str().unwrap(),
+        "spec.containers[0].securityContext.runAsNonRoot: not set (neither the container nor \
+         the pod sets it to true). Set runAsNonRoot: true on the pod or the container \
+         (modelgate's mutating webhook sets it on the pod: check that it is registered for this \
+         namespace)."
+    );
+    assert_eq!(a.result(), ("enforce", "denied"));
+
+    let a = run(Webhook::Validate, "ns-enforce", compliant());
     assert!(a.allowed() && a.patch.is_none());
     assert_eq!(a.result(), ("enforce", "unchanged"));
 }
@@ -622,4 +634,152 @@ fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
         )),
         "{would}"
     );
+}
+
+/// A model URI beyond the lookup limit is a miss with its own reason in every mode, and no
+/// answer copies it whole: the warning and the `would …` text name it shortened, so that each
+/// fits a warning whole, and the audit annotation stays as small.
+#[test]
+fn a_model_uri_beyond_the_lookup_limit_is_a_miss_that_no_answer_copies_whole() {
+    let uri = format!("hf://org/m{}x", "/".repeat(300_000));
+    let mut object = to_patch();
+    object["metadata"]["annotations"] = json!({"modelgate.io/model-uri": uri});
+    let mut index = CacheIndex::new();
+    index.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "m",
+        "hf://org/m",
+        &["g"],
+    ));
+    let in_ns = |ns: &str| {
+        run_in(
+            Webhook::Mutate,
+            ns,
+            object.clone(),
+            &PolicyConfig::default(),
+            &namespaces(),
+            &index,
+        )
+    };
+
+    let a = in_ns("ns-enforce");
+    assert!(a.allowed());
+    let patched = testing::apply(&object, a.patch.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        patched["metadata"]["annotations"]["modelgate.io/model-cache-reason"],
+        "uri-too-long"
+    );
+    assert_eq!(
+        a.warnings(),
+        ["uri-too-long: the model URI has 300011 bytes, more than 2048: not looked up"]
+    );
+    assert_eq!(
+        a.summary.model_cache,
+        Some(crate::cache::Resolved::Miss(
+            crate::cache::MissReason::UriTooLong
+        ))
+    );
+
+    let a = in_ns("ns-warn");
+    let would = a
+        .warnings()
+        .into_iter()
+        .find(|w| w.starts_with("would record a model cache miss for hf://org/m/"))
+        .expect("the would-be miss is a warning");
+    assert!(
+        would.len() <= MAX_WARNING_LEN && would.ends_with("model-cache-reason: uri-too-long)"),
+        "{would}"
+    );
+
+    let a = in_ns("ns-audit");
+    let facts = a.audit()["would-patch"].as_str().unwrap().to_string();
+    assert!(
+        facts.len() < 1024 && facts.contains("uri-too-long"),
+        "{facts}"
+    );
+}
+
+/// SPEC.md §7: 45 000 containers with `runAsUser: 0` (2.8 MB) get a denial that names the first
+/// 20 violations and counts the rest, in every mode and from both webhooks; warnings are at most
+/// 20, the last saying how many were left out; and no answer reaches 64 KiB.
+#[test]
+fn what_grows_with_the_request_is_capped_in_every_answer() {
+    const N: usize = 45_000;
+    let containers: Vec<Value> = (0..N)
+        .map(
+            |i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsUser": 0}}),
+        )
+        .collect();
+    let object = pod(json!({"containers": containers}));
+    let index = CacheIndex::new();
+    let ctx = Context {
+        config: &PolicyConfig::default(),
+        caches: Caches::Ready(&index),
+        namespaces: &namespaces(),
+    };
+    let more = format!("; … and {} more. ", N - 20);
+    for (webhook, ns) in [
+        (Webhook::Mutate, "ns-enforce"),
+        (Webhook::Validate, "ns-enforce"),
+        (Webhook::Mutate, "ns-warn"),
+        (Webhook::Validate, "ns-warn"),
+        (Webhook::Mutate, "ns-audit"),
+        (Webhook::Validate, "ns-audit"),
+    ] {
+        let body = serde_json::to_vec(&review(ns, object.clone())).unwrap();
+        assert!(body.len() > 5 << 19, "{} bytes", body.len());
+        let out = super::review(webhook, &body, &ctx);
+        assert!(out.body.len() < 64 << 10, "{ns}: {} bytes", out.body.len());
+        let answer: Value = serde_json::from_slice(&out.body).unwrap();
+        let response = &answer["response"];
+        let denial = match ns {
+            "ns-enforce" => response["status"]["message"].as_str(),
+            "ns-audit" => response["auditAnnotations"]["would-deny"].as_str(),
+            _ => None,
+        };
+        if let Some(denial) = denial {
+            assert!(
+                denial.starts_with("spec.containers[0].securityContext.runAsUser: 0 is outside"),
+                "{denial}"
+            );
+            assert_eq!(denial.matches("spec.containers[").count(), 20, "{denial}");
+            // /validate also names what mutation would have fixed: more violations, counted.
+            assert!(
+                denial.contains(&more)
+                    || webhook == Webhook::Validate && denial.contains(" more. "),
+                "{ns} {webhook:?}: {denial}"
+            );
+        }
+        if ns == "ns-warn" {
+            let warnings: Vec<&str> = response["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_str().unwrap())
+                .collect();
+            assert_eq!(warnings.len(), 20, "{warnings:?}");
+            assert_eq!(
+                warnings[0],
+                "would deny: spec.containers[0].securityContext.runAsUser: 0 is outside 1..2147483647"
+            );
+            assert_eq!(warnings[19], format!("… and {} more warnings", N - 19));
+        }
+    }
+}
+
+/// Request-derived text in a schema denial is shortened: a string of 100 000 bytes where a uid
+/// belongs does not come back whole.
+#[test]
+fn a_schema_denial_does_not_quote_the_request_whole() {
+    let uid = "0".repeat(100_000);
+    let object = pod(json!({"securityContext": {"runAsUser": uid}, "containers": [{"name": "c"}]}));
+    let a = run(Webhook::Mutate, "ns-enforce", object);
+    let message = a.response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "spec.securityContext.runAsUser: cannot be decoded as a Pod: invalid type: string"
+        ),
+        "{message}"
+    );
+    assert!(message.len() < 1024, "{} bytes", message.len());
 }

@@ -470,7 +470,6 @@ fn only_writable_storage_gets_a_prep() {
         ),
         (json!({"csi": {"driver": "d"}}), true),
         (json!({"nfs": {"server": "s", "path": "/p"}}), true),
-        (json!({"hostPath": {"path": "/p"}}), true),
         (json!({"cephfs": {"monitors": ["m"]}}), true),
         (json!({"rbd": {"monitors": ["m"], "image": "i"}}), true),
         (
@@ -505,6 +504,73 @@ fn only_writable_storage_gets_a_prep() {
             "{source}"
         );
     }
+}
+
+/// SPEC.md §4: a `hostPath` cache volume names a node directory the pod chose, so the root prep
+/// never runs there unless the operator allowed the directory with `--prep-host-path`; the pod
+/// is then treated as under `--model-cache-prep=never`, with a warning that says why.
+#[test]
+fn a_host_path_cache_gets_no_root_prep_outside_the_allowed_prefixes() {
+    let host = |path: &str| json!({"name": "model-cache", "hostPath": {"path": path}});
+    let withheld = |path: &str| {
+        format!(
+            "the cache volume is hostPath {path} on the node, outside --prep-host-path: no root \
+             model-cache-prep there; the pod is treated as under --model-cache-prep=never"
+        )
+    };
+    // No prefix by default: `chown 0:102 /etc && chmod g+rwX /etc` is never written.
+    let a = mutate(cache_pod(host("/etc")));
+    assert!(prep_of(&a.patched).is_null(), "{}", a.patched);
+    assert_eq!(
+        a.patched["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 101, "runAsGroup": 1000, "fsGroup": 102})
+    );
+    assert_eq!(a.warnings(), [withheld("/etc")]);
+
+    let cfg = PolicyConfig {
+        prep_host_paths: vec!["/data/models".into()],
+        ..PolicyConfig::default()
+    };
+    let index = CacheIndex::new();
+    let allowed = mutate_with(
+        "Pod",
+        "team-a",
+        cache_pod(host("/data/models/llm")),
+        &cfg,
+        &index,
+    );
+    assert_eq!(
+        prep_command(&allowed.patched),
+        "chown 0:102 /models && chmod g+rwX /models"
+    );
+    assert!(allowed.warnings().is_empty(), "{:?}", allowed.warnings());
+    for outside in [
+        "/data/models-evil",
+        "/data/models/../../etc",
+        "/data",
+        "models",
+    ] {
+        let a = mutate_with("Pod", "team-a", cache_pod(host(outside)), &cfg, &index);
+        assert!(prep_of(&a.patched).is_null(), "{outside}: {}", a.patched);
+        assert_eq!(a.warnings(), [withheld(outside)], "{outside}");
+    }
+    // A hostPath named by the per-pod annotation is held to the same rule.
+    let mut annotated = cache_pod(json!({"name": "weights", "hostPath": {"path": "/"}}));
+    annotated["metadata"]["annotations"] = json!({"modelgate.io/cache-volume": "weights"});
+    assert!(prep_of(&mutate(annotated).patched).is_null());
+
+    // The validator never lets a prep through on a disallowed host path, canonical or not.
+    assert!(validate_pod(allowed.patched.clone(), &cfg).allowed());
+    let a = validate_pod(allowed.patched.clone(), &PolicyConfig::default());
+    assert!(
+        a.message()
+            .contains("spec.initContainers[0]: a container named model-cache-prep that is not"),
+        "{}",
+        a.message()
+    );
+    let mut moved = allowed.patched.clone();
+    moved["spec"]["volumes"][0]["hostPath"]["path"] = json!("/data/models/../../etc");
+    assert!(!validate_pod(moved, &cfg).allowed());
 }
 
 #[test]
@@ -651,6 +717,73 @@ fn validator_lets_through_only_the_canonical_prep() {
         "{}",
         a.message()
     );
+}
+
+/// SPEC.md §6: `/validate` alone refuses every container but the canonical prep whose effective
+/// `runAsNonRoot` (its own, else the pod's) is not `true`, naming the container's own field.
+#[test]
+fn validator_alone_refuses_a_container_without_effective_run_as_non_root() {
+    let cfg = PolicyConfig::default();
+    let message = |spec: Value| {
+        let a = validate_pod(pod(spec), &cfg);
+        assert_eq!(a.allowed(), a.message().is_empty(), "{}", a.message());
+        a.message()
+    };
+    let c = |sc: Value| json!({"name": "c", "image": "x", "securityContext": sc});
+    // The pod's true covers every container; a container's own true overrides the pod's false.
+    assert_eq!(
+        message(json!({"securityContext": {"runAsNonRoot": true}, "containers": [c(json!({}))]})),
+        ""
+    );
+    assert_eq!(
+        message(json!({"securityContext": {"runAsNonRoot": false},
+                       "containers": [c(json!({"runAsNonRoot": true}))]})),
+        ""
+    );
+    // Unset on both, in every list: each container named.
+    let m = message(json!({
+        "initContainers": [{"name": "i", "image": "x"}],
+        "containers": [c(json!({"runAsUser": 5}))],
+        "ephemeralContainers": [{"name": "e", "image": "x"}]
+    }));
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        assert!(
+            m.contains(&format!(
+                "spec.{list}[0].securityContext.runAsNonRoot: not set (neither the container nor the pod sets it to true)"
+            )),
+            "{m}"
+        );
+    }
+    assert!(
+        m.ends_with("check that it is registered for this namespace)."),
+        "{m}"
+    );
+    // The pod says false and the container nothing.
+    let m =
+        message(json!({"securityContext": {"runAsNonRoot": false}, "containers": [c(json!({}))]}));
+    assert!(
+        m.starts_with(
+            "spec.containers[0].securityContext.runAsNonRoot: not set, and the pod's spec.securityContext.runAsNonRoot is false. "
+        ),
+        "{m}"
+    );
+    // The container says false: the message of old, whatever the pod says.
+    let m = message(
+        json!({"securityContext": {"runAsNonRoot": true}, "containers": [c(json!({"runAsNonRoot": false}))]}),
+    );
+    assert!(
+        m.starts_with("spec.containers[0].securityContext.runAsNonRoot: false is not allowed. "),
+        "{m}"
+    );
+    // A Windows pod is held to it too (mutation sets it there as well).
+    let windows = json!({"os": {"name": "windows"}, "containers": [c(json!({}))]});
+    assert!(message(windows.clone()).contains("runAsNonRoot: not set"));
+    let mutated = mutate(pod(windows)).patched;
+    assert!(validate_pod(mutated, &cfg).allowed());
+    // The canonical prep (runAsNonRoot: false, by necessity) is the one exception.
+    let prepped = mutate(cache_pod(pvc_volume())).patched;
+    assert_eq!(prep_of(&prepped)["securityContext"]["runAsNonRoot"], false);
+    assert!(validate_pod(prepped, &cfg).allowed());
 }
 
 // §5 -----------------------------------------------------------------------------------------
@@ -1723,4 +1856,27 @@ fn the_one_pass_decode_and_the_raw_object_path_answer_alike() {
             assert_eq!(a.http_status, b.http_status);
         }
     }
+}
+
+#[test]
+fn warnings_are_at_most_twenty_the_last_counting_the_rest_each_clipped_on_a_char_boundary() {
+    let numbered = |n: usize| -> Vec<String> { (0..n).map(|i| format!("w{i}")).collect() };
+    let mut twenty = numbered(20);
+    bound_warnings(&mut twenty);
+    assert_eq!(twenty, numbered(20));
+    let mut many = numbered(21);
+    bound_warnings(&mut many);
+    assert_eq!(many.len(), 20);
+    assert_eq!(many[18], "w18");
+    assert_eq!(many[19], "… and 2 more warnings");
+
+    let mut long = vec!["é".repeat(200), "short".to_string()];
+    bound_warnings(&mut long);
+    assert!(
+        long[0].len() <= MAX_WARNING_LEN && long[0].ends_with('…'),
+        "{}",
+        long[0]
+    );
+    assert!(long[0].starts_with("éé"));
+    assert_eq!(long[1], "short");
 }

@@ -5,8 +5,10 @@
 //! client, no runtime, no clock. A [`lookup`](CacheIndex::lookup) answers hit or miss with its
 //! reason without any API call:
 //!
+//! - a model URI longer than [`MAX_MODEL_URI_LEN`] is a miss (`uri-too-long`), never looked up;
 //! - matching walks the model URI's prefixes that end at a `/` boundary, longest first, and
-//!   probes a hash map for each: O(URI length), whatever the number of caches;
+//!   hashes only those whose length some cache URI of the scope has (one integer probe each):
+//!   O(URI length) plus one hash per candidate length, whatever the number of caches;
 //! - the pod's namespace is searched completely before the cluster scope, and precedence picks
 //!   the cache first: a failed check is a miss, never a fall-through to another cache;
 //! - node-group membership is kept per group (updated when a Node or a group changes), with a
@@ -272,10 +274,11 @@ pub enum MissReason {
     PvcMissing,
     NotDownloaded,
     NotSynced,
+    UriTooLong,
 }
 
 impl MissReason {
-    pub const ALL: [MissReason; 7] = [
+    pub const ALL: [MissReason; 8] = [
         MissReason::NoMatch,
         MissReason::OptedOut,
         MissReason::KserveManaged,
@@ -283,6 +286,7 @@ impl MissReason {
         MissReason::PvcMissing,
         MissReason::NotDownloaded,
         MissReason::NotSynced,
+        MissReason::UriTooLong,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -294,6 +298,7 @@ impl MissReason {
             MissReason::PvcMissing => "pvc-missing",
             MissReason::NotDownloaded => "not-downloaded",
             MissReason::NotSynced => "not-synced",
+            MissReason::UriTooLong => "uri-too-long",
         }
     }
 }
@@ -512,6 +517,10 @@ pub enum Resolved {
     Miss(MissReason),
 }
 
+/// The longest model URI that is looked up, in bytes (SPEC.md §7): a longer one is a miss,
+/// `uri-too-long`, so that no request pays for a lookup in proportion to what it chose to send.
+pub const MAX_MODEL_URI_LEN: usize = 2048;
+
 /// Strips one trailing `/`, as matching requires for both URIs.
 pub(crate) fn trim_uri(uri: &str) -> &str {
     uri.strip_suffix('/').unwrap_or(uri)
@@ -539,6 +548,9 @@ struct Scope {
     by_uri: PMap<Arc<str>, Arc<[Arc<CacheEntry>]>>,
     /// name → entry, to find the old entry on update and delete.
     by_name: PMap<Arc<str>, Arc<CacheEntry>>,
+    /// length of a key of `by_uri` → how many keys have it: the only prefix lengths of a model
+    /// URI that can match, so a lookup hashes no other prefix.
+    uri_lengths: PMap<usize, usize>,
 }
 
 impl Scope {
@@ -547,7 +559,13 @@ impl Scope {
         self.by_name
             .insert(entry.name.as_str().into(), entry.clone());
         let uri = trim_uri(&entry.source_model_uri);
-        let mut set = self.by_uri.get(uri).map(|s| s.to_vec()).unwrap_or_default();
+        let mut set = match self.by_uri.get(uri) {
+            Some(set) => set.to_vec(),
+            None => {
+                *self.uri_lengths.get_or_insert_with(uri.len(), || 0) += 1;
+                Vec::new()
+            }
+        };
         let at = set.partition_point(|e| e.name < entry.name);
         set.insert(at, entry.clone());
         self.by_uri.insert(uri.into(), set.into());
@@ -562,6 +580,12 @@ impl Scope {
             let rest: Vec<_> = set.iter().filter(|e| e.name != name).cloned().collect();
             if rest.is_empty() {
                 self.by_uri.remove(key);
+                let left = self.uri_lengths.get(&key.len()).map_or(0, |n| n - 1);
+                if left == 0 {
+                    self.uri_lengths.remove(&key.len());
+                } else {
+                    self.uri_lengths.insert(key.len(), left);
+                }
             } else {
                 self.by_uri.insert(key.into(), rest.into());
             }
@@ -577,11 +601,17 @@ impl Scope {
         self.by_name.values()
     }
 
-    /// The longest matching cache URI, then the smallest name.
+    /// The longest matching cache URI, then the smallest name. Only the prefixes whose length
+    /// some cache URI has are hashed: a URI of slashes costs one integer probe per slash.
     fn find(&self, model_uri: &str) -> Option<&Arc<CacheEntry>> {
         let model = trim_uri(model_uri);
         prefixes_longest_first(model)
-            .find_map(|prefix| self.by_uri.get(prefix))
+            .filter(|prefix| self.uri_lengths.contains_key(&prefix.len()))
+            .find_map(|prefix| {
+                #[cfg(test)]
+                tests::URI_PROBES.with(|n| n.set(n.get() + 1));
+                self.by_uri.get(prefix)
+            })
             .and_then(|set| set.first())
     }
 }
@@ -925,6 +955,9 @@ impl CacheIndex {
     /// Resolves a model URI for a pod: the cache by precedence, then the node group, then the
     /// checks of SPEC.md §5 in order.
     pub fn lookup(&self, req: &LookupRequest) -> Lookup {
+        if req.model_uri.len() > MAX_MODEL_URI_LEN {
+            return Lookup::Miss(Miss::because(MissReason::UriTooLong));
+        }
         let found = self
             .namespaces
             .get(req.namespace)

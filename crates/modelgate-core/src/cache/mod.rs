@@ -14,7 +14,8 @@ pub(crate) mod pmap;
 pub use cluster::Kind;
 pub use index::{
     CacheEntry, CacheIndex, CacheScope, CacheStatus, CacheStorage, HOSTNAME_LABEL, Hit, Lookup,
-    LookupRequest, Miss, MissReason, PinnedTerms, Placement, PvcPhase, PvcState, Resolved,
+    LookupRequest, MAX_MODEL_URI_LEN, Miss, MissReason, PinnedTerms, Placement, PvcPhase, PvcState,
+    Resolved,
 };
 pub use objects::{LocalModelCache, LocalModelNamespaceCache, LocalModelNodeGroup};
 

@@ -17,7 +17,8 @@ pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> 
 
 /// Volume sources that are not persistent, writable storage (SPEC.md §4): fresh per pod, or
 /// read-only. Every other source (persistentVolumeClaim, ephemeral, csi, nfs, hostPath, cephfs,
-/// …) is storage whose ownership the prep container can and must fix.
+/// …) is storage whose ownership the prep container can and must fix; a `hostPath` only under
+/// the operator's `--prep-host-path` ([`disallowed_host_path`]).
 const NOT_CACHE_STORAGE: [&str; 7] = [
     "emptyDir",
     "configMap",
@@ -48,31 +49,71 @@ pub(super) fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
         .any(|v| v.name() == name && is_writable_storage(v))
 }
 
-/// `--model-cache-prep` as it applies to this pod: `never` in a namespace that enforces Pod
-/// Security `restricted`, where the API server would refuse the root prep container (§9).
-pub(super) fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
+/// The node directory of a `hostPath` cache volume outside every `--prep-host-path` prefix
+/// (`""` when it names none), if the pod has one. The pod chose that directory: a root prep
+/// there would `chown` and `chmod` any directory of the node, `/etc` as well (SPEC.md §4).
+pub(super) fn disallowed_host_path<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<&'a str> {
+    let name = cache_volume_name(w, cfg);
+    w.spec
+        .volumes()
+        .iter()
+        .filter(|v| v.name() == name && v.has_source("hostPath"))
+        .map(|v| {
+            let path = v.host_path.as_ref().and_then(|h| h.path.as_deref());
+            path.unwrap_or_default()
+        })
+        .find(|path| !cfg.allows_prep_on_host_path(path))
+}
+
+/// Why this pod gets no prep although `--model-cache-prep=always` and it mounts the cache.
+enum Withheld<'a> {
+    /// The namespace enforces Pod Security `restricted`, which refuses a root container (§9).
+    PodSecurity,
+    /// The cache volume is a node directory the operator did not allow (§4).
+    HostPath(&'a str),
+}
+
+fn withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
     if w.restricted_namespace {
+        return Some(Withheld::PodSecurity);
+    }
+    disallowed_host_path(w, cfg).map(Withheld::HostPath)
+}
+
+/// `--model-cache-prep` as it applies to this pod: `never` where the prep is withheld (a Pod
+/// Security `restricted` namespace, a `hostPath` cache outside `--prep-host-path`).
+pub(super) fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
+    if withheld(w, cfg).is_some() {
         PrepMode::Never
     } else {
         cfg.model_cache_prep
     }
 }
 
-/// Whether the prep is withheld only because the namespace enforces Pod Security `restricted`.
-pub(super) fn withheld_by_pod_security(w: &Workload, cfg: &PolicyConfig) -> bool {
-    w.restricted_namespace
-        && cfg.model_cache_prep == PrepMode::Always
-        && !w.is_windows()
-        && has_writable_cache(w, cfg)
-}
-
-/// The warning a pod gets when its prep is withheld in a `restricted` namespace.
-pub(super) fn withheld_warning(w: &Workload) -> String {
-    format!(
-        "namespace {} enforces Pod Security restricted, which refuses the root {PREP_CONTAINER}: \
-         not injected; the pod is treated as under --model-cache-prep=never",
-        w.namespace
-    )
+/// The warning of a pod whose prep is withheld although it would otherwise get one, saying
+/// why; `None` when nothing is withheld.
+pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<String> {
+    if cfg.model_cache_prep != PrepMode::Always || w.is_windows() || !has_writable_cache(w, cfg) {
+        return None;
+    }
+    Some(match withheld(w, cfg)? {
+        Withheld::PodSecurity => format!(
+            "namespace {} enforces Pod Security restricted, which refuses the root \
+             {PREP_CONTAINER}: not injected; the pod is treated as under --model-cache-prep=never",
+            w.namespace
+        ),
+        Withheld::HostPath(path) => {
+            let fixed = "the cache volume is hostPath  on the node, outside --prep-host-path: \
+                 no root model-cache-prep there; the pod is treated as under \
+                 --model-cache-prep=never";
+            let path = super::shorten_uri(path, super::MAX_WARNING_LEN.saturating_sub(fixed.len()));
+            format!(
+                "the cache volume is hostPath {path} on the node, outside --prep-host-path: no \
+                 root {PREP_CONTAINER} there; the pod is treated as under \
+                 --model-cache-prep=never"
+            )
+        }
+    })
 }
 
 /// Whether modelgate injects (and so owns) the prep container for this pod.
@@ -263,13 +304,6 @@ fn is_token_mount(w: &Workload, mount: &serde_json::Value) -> bool {
             .volumes()
             .iter()
             .any(|v| v.name() == name && v.sources.len() == 1 && v.has_source("projected"))
-}
-
-/// The canonical container's command for the pod as it stands (for validation), or `None` when
-/// modelgate does not manage a prep container for it (then any container of that name is
-/// refused).
-pub(super) fn canonical_command_for(w: &Workload, cfg: &PolicyConfig) -> Option<String> {
-    is_managed(w, cfg).then(|| canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group()))
 }
 
 #[cfg(test)]

@@ -27,6 +27,42 @@ use crate::patch::{FieldPath, PatchBuilder};
 /// The longest warning the API server passes on whole, in bytes (it truncates longer ones).
 pub const MAX_WARNING_LEN: usize = 256;
 
+/// The most entries a list that grows with the request names (SPEC.md §7): the violations in a
+/// denial's message, the warnings of an answer, the facts of an audit annotation. The rest are
+/// counted, never listed.
+pub const MAX_LISTED: usize = 20;
+
+/// The first [`MAX_LISTED`] of `items`, separated by `sep`, then `<sep>… and <n> more` when there
+/// were more. Only the listed ones are rendered.
+pub(crate) fn write_listed<T: fmt::Display>(
+    out: &mut impl fmt::Write,
+    items: impl ExactSizeIterator<Item = T>,
+    sep: &str,
+) -> fmt::Result {
+    let total = items.len();
+    for (i, item) in items.take(MAX_LISTED).enumerate() {
+        if i > 0 {
+            out.write_str(sep)?;
+        }
+        write!(out, "{item}")?;
+    }
+    if total > MAX_LISTED {
+        write!(out, "{sep}… and {} more", total - MAX_LISTED)?;
+    }
+    Ok(())
+}
+
+/// [`write_listed`] into a new string.
+pub(crate) fn listed<T: fmt::Display>(
+    items: impl ExactSizeIterator<Item = T>,
+    sep: &str,
+) -> String {
+    let mut out = String::new();
+    // Writing into a `String` cannot fail.
+    let _ = write_listed(&mut out, items, sep);
+    out
+}
+
 /// `uri` cut in the middle (`hf://org/…/model.safetensors`) to at most `room` bytes, so that a
 /// warning naming a cache keeps the cache's name whole: the URI is what gives way.
 pub(crate) fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
@@ -184,9 +220,17 @@ impl Change {
         Change::new(Rule::ModelCache, What::Mount { uri, source })
     }
 
-    /// `record a model cache miss for <uri> (…)`.
+    /// `record a model cache miss for <uri> (…)`, the URI shortened so that `would …` fits a
+    /// warning whole.
     pub(crate) fn record_miss(uri: &str, reason: MissReason) -> Self {
-        let uri = uri.to_owned();
+        let fixed = What::RecordMiss {
+            uri: String::new(),
+            reason,
+        }
+        .to_string()
+        .len();
+        let room = MAX_WARNING_LEN.saturating_sub("would ".len() + fixed);
+        let uri = shorten_uri(uri, room).into_owned();
         Change::new(Rule::ModelCache, What::RecordMiss { uri, reason })
     }
 
@@ -317,9 +361,7 @@ pub(crate) fn mutate_create(
     }
 
     // 4. The prep container last: inserting it at the front shifts the init containers.
-    if cache_prep::withheld_by_pod_security(w, cfg) {
-        m.notes.push(cache_prep::withheld_warning(w));
-    }
+    m.notes.extend(cache_prep::withheld_warning(w, cfg));
     if prep_managed {
         let uid = identity.run_as_user.or(w.pod_run_as_user());
         let fs_group = fs_group.or(w.pod_fs_group());

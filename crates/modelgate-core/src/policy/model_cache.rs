@@ -10,7 +10,8 @@ use super::Change;
 use super::view::{NodeSelectorRequirementView, NodeSelectorTermView, VolumeMountView, VolumeView};
 use super::workload::{ContainerList, Workload};
 use crate::cache::{
-    CacheIndex, HOSTNAME_LABEL, Hit, Lookup, LookupRequest, Miss, MissReason, Placement, Resolved,
+    CacheIndex, HOSTNAME_LABEL, Hit, Lookup, LookupRequest, MAX_MODEL_URI_LEN, Miss, MissReason,
+    Placement, Resolved,
 };
 use crate::config::PolicyConfig;
 use crate::patch::{FieldPath, Fields, PatchBuilder};
@@ -118,6 +119,11 @@ pub(crate) fn apply(
                 (Some(cache), Some(missing)) => {
                     change.warned(miss_warning(m.reason, cache.describe(), model_uri, missing))
                 }
+                _ if m.reason == MissReason::UriTooLong => change.warned(format!(
+                    "{}: the model URI has {} bytes, more than {MAX_MODEL_URI_LEN}: not looked up",
+                    m.reason,
+                    model_uri.len()
+                )),
                 _ => change,
             })
         }

@@ -269,6 +269,10 @@ fn violations_carry_their_rule() {
             (Rule::CachePrep, "spec.initContainers[0]"),
             (
                 Rule::NonRoot,
+                "spec.initContainers[0].securityContext.runAsNonRoot"
+            ),
+            (
+                Rule::NonRoot,
                 "spec.containers[0].securityContext.runAsNonRoot"
             ),
         ]

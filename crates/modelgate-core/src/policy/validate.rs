@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::view::SecurityContextView;
 use super::workload::{ContainerList, Workload};
 use super::{Rule, cache_prep};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig};
@@ -46,16 +47,18 @@ impl Denial {
     }
 }
 
+/// The message: the first [`MAX_LISTED`](super::MAX_LISTED) violations, how many more there
+/// are, then the advice of every violation, each piece once (there are a handful).
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list: Vec<String> = self.violations.iter().map(ToString::to_string).collect();
+        super::write_listed(f, self.violations.iter(), "; ")?;
         let mut advice: Vec<&str> = Vec::new();
         for v in &self.violations {
             if !advice.contains(&v.advice) {
                 advice.push(v.advice);
             }
         }
-        write!(f, "{}. {}", list.join("; "), advice.join(" "))
+        write!(f, ". {}", advice.join(" "))
     }
 }
 
@@ -64,6 +67,8 @@ const UID_ADVICE: &str =
 const GID_ADVICE: &str = "Use a gid in 0..2147483647, or leave it unset.";
 const NONROOT_ADVICE: &str =
     "Remove runAsNonRoot: false; only modelgate's own model-cache-prep may run as root.";
+const NONROOT_UNSET_ADVICE: &str = "Set runAsNonRoot: true on the pod or the container \
+     (modelgate's mutating webhook sets it on the pod: check that it is registered for this namespace).";
 const PREP_ADVICE: &str =
     "Remove the model-cache-prep container and let modelgate inject it, or rename your container.";
 
@@ -96,6 +101,37 @@ fn check_range(
     }
 }
 
+/// The invariant `/validate` holds by itself (SPEC.md §6): a container's effective
+/// `runAsNonRoot` (its own, else the pod's) is `true`. `sc` is the container's security
+/// context's path; the violation names the container's own field, where the fix goes.
+fn check_non_root(
+    out: &mut Vec<Violation>,
+    sc: &dyn Fn() -> FieldPath,
+    container: Option<&SecurityContextView>,
+    pod: Option<bool>,
+) {
+    let problem = match (container.and_then(|s| s.run_as_non_root), pod) {
+        (Some(true), _) | (None, Some(true)) => return,
+        (Some(false), _) => {
+            out.push(Violation {
+                rule: Rule::NonRoot,
+                field: sc().key("runAsNonRoot").to_string(),
+                problem: "false is not allowed".into(),
+                advice: NONROOT_ADVICE,
+            });
+            return;
+        }
+        (None, Some(false)) => "not set, and the pod's spec.securityContext.runAsNonRoot is false",
+        (None, None) => "not set (neither the container nor the pod sets it to true)",
+    };
+    out.push(Violation {
+        rule: Rule::NonRoot,
+        field: sc().key("runAsNonRoot").to_string(),
+        problem: problem.into(),
+        advice: NONROOT_UNSET_ADVICE,
+    });
+}
+
 pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
     let mut out = Vec::new();
     let pod_sc = || w.spec_path.key("securityContext");
@@ -118,6 +154,23 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     }
 
     let managed = cache_prep::is_managed(w, cfg);
+    let pod_non_root = w.pod_security().and_then(|p| p.run_as_non_root);
+    // The one init container that may be the canonical prep: the first of that name, judged
+    // once against the canonical container for this pod, when modelgate manages one (a second
+    // container of that name is a second root container, never canonical).
+    let canonical_prep = (checks == Checks::All && managed)
+        .then(|| {
+            let i = w
+                .spec
+                .init_containers()
+                .iter()
+                .position(|c| c.container.name() == PREP_CONTAINER)?;
+            let command = cache_prep::canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group());
+            let volume = cache_prep::cache_volume_name(w, cfg);
+            let canonical = cache_prep::canonical(cfg, volume, &command);
+            cache_prep::is_canonical_at(w, i, &canonical).then_some(i)
+        })
+        .flatten();
     for c in w.containers() {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
@@ -126,15 +179,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
                 Checks::RangesOnly => {}
                 Checks::All => {
-                    // Judged against the canonical container for this pod, when modelgate
-                    // manages one.
-                    let is_canonical = c.list == ContainerList::Init
-                        && cache_prep::canonical_command_for(w, cfg).is_some_and(|command| {
-                            let volume = cache_prep::cache_volume_name(w, cfg);
-                            let canonical = cache_prep::canonical(cfg, volume, &command);
-                            cache_prep::is_canonical_at(w, c.index, &canonical)
-                        });
-                    if is_canonical {
+                    if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
                     }
                     out.push(Violation {
@@ -163,19 +208,63 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 0,
                 GID_ADVICE,
             );
-            if checks == Checks::All && sc.run_as_non_root == Some(false) {
-                out.push(Violation {
-                    rule: Rule::NonRoot,
-                    field: sc_path().key("runAsNonRoot").to_string(),
-                    problem: "false is not allowed".into(),
-                    advice: NONROOT_ADVICE,
-                });
-            }
+        }
+        if checks == Checks::All {
+            check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
         }
     }
     if out.is_empty() {
         Ok(())
     } else {
         Err(Denial { violations: out })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denial(n: usize) -> Denial {
+        Denial {
+            violations: (0..n)
+                .map(|i| Violation {
+                    rule: Rule::NonRoot,
+                    field: format!("spec.containers[{i}].securityContext.runAsUser"),
+                    problem: "0 is outside 1..2147483647".into(),
+                    advice: if i % 2 == 0 { UID_ADVICE } else { GID_ADVICE },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_message_names_twenty_violations_then_counts_the_rest_and_keeps_every_advice() {
+        let twenty = denial(20).to_string();
+        assert_eq!(twenty.matches("is outside").count(), 20);
+        assert!(!twenty.contains("more"), "{twenty}");
+        assert!(
+            twenty.ends_with(&format!(". {UID_ADVICE} {GID_ADVICE}")),
+            "{twenty}"
+        );
+
+        let many = denial(45_000).to_string();
+        assert_eq!(many.matches("is outside").count(), 20);
+        assert!(
+            many.contains("spec.containers[19].securityContext.runAsUser: 0 is outside 1..2147483647; … and 44980 more. "),
+            "{many}"
+        );
+        assert!(
+            many.ends_with(&format!(". {UID_ADVICE} {GID_ADVICE}")),
+            "{many}"
+        );
+        assert!(many.len() < 4096);
+
+        let one = denial(1).to_string();
+        assert_eq!(
+            one,
+            format!(
+                "spec.containers[0].securityContext.runAsUser: 0 is outside 1..2147483647. {UID_ADVICE}"
+            )
+        );
     }
 }

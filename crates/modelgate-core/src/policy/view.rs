@@ -384,6 +384,7 @@ pub struct VolumeView<'a> {
     pub name: Option<Str<'a>>,
     pub sources: Vec<Str<'a>>,
     pub persistent_volume_claim: Option<PvcSourceView<'a>>,
+    pub host_path: Option<HostPathSourceView<'a>>,
 }
 
 impl VolumeView<'_> {
@@ -402,6 +403,13 @@ view! {
     pub struct PvcSourceView<'a> expecting "PersistentVolumeClaimVolumeSource" {
         "claimName" => claim_name: Option<Str<'a>>,
         "readOnly" => read_only: Option<bool>,
+    }
+}
+
+view! {
+    /// `hostPath` of a volume: the node directory a cache volume may name.
+    pub struct HostPathSourceView<'a> expecting "HostPathVolumeSource" {
+        "path" => path: Option<Str<'a>>,
     }
 }
 
@@ -426,6 +434,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
                         "persistentVolumeClaim" => {
                             out.persistent_volume_claim = map.next_value()?;
                             out.persistent_volume_claim.is_some()
+                        }
+                        "hostPath" => {
+                            out.host_path = map.next_value()?;
+                            out.host_path.is_some()
                         }
                         _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
                     };

@@ -23,10 +23,10 @@ use crate::cache::CacheIndex;
 use crate::config::PolicyConfig;
 use crate::patch::FieldPath;
 use crate::policy::view::{
-    self, AffinityView, ContainerView, IgnoredAnyPresent, InitContainerView, NodeAffinityView,
-    NodeSelectorRequirementView, NodeSelectorTermView, NodeSelectorView, ObjectMetaView, PodOsView,
-    PodSecurityContextView, PodSpecOf, PodSpecView, PvcSourceView, SecurityContextView, Str,
-    StrMap, VolumeMountView, VolumeView,
+    self, AffinityView, ContainerView, HostPathSourceView, IgnoredAnyPresent, InitContainerView,
+    NodeAffinityView, NodeSelectorRequirementView, NodeSelectorTermView, NodeSelectorView,
+    ObjectMetaView, PodOsView, PodSecurityContextView, PodSpecOf, PodSpecView, PvcSourceView,
+    SecurityContextView, Str, StrMap, VolumeMountView, VolumeView,
 };
 use crate::policy::{self, Caches, Workload};
 
@@ -214,6 +214,8 @@ pub fn is_read_field(path: &str) -> bool {
         ".volumes[].persistentVolumeClaim".into(),
         ".volumes[].persistentVolumeClaim.claimName".into(),
         ".volumes[].persistentVolumeClaim.readOnly".into(),
+        ".volumes[].hostPath".into(),
+        ".volumes[].hostPath.path".into(),
     ]
     .into_iter()
     .chain(
@@ -322,6 +324,9 @@ fn spec_view<'a>(spec: &'a PodSpec, raw_init: &'a [Box<RawValue>]) -> PodSpecVie
             persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|c| PvcSourceView {
                 claim_name: Some(s(&c.claim_name)),
                 read_only: c.read_only,
+            }),
+            host_path: v.host_path.as_ref().map(|h| HostPathSourceView {
+                path: Some(s(&h.path)),
             }),
         }
     };

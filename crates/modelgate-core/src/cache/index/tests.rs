@@ -1,7 +1,21 @@
 //! One test per rule of SPEC.md §5 that the index decides: matching, precedence, node-group
 //! choice, each hit check and each miss reason.
 
+use std::cell::Cell;
+
 use super::*;
+
+thread_local! {
+    /// How many model URI prefixes [`Scope::find`] has hashed on this thread.
+    pub(super) static URI_PROBES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The prefixes `f` makes the index hash.
+fn probes(f: impl FnOnce()) -> usize {
+    let before = URI_PROBES.with(Cell::get);
+    f();
+    URI_PROBES.with(Cell::get) - before
+}
 
 fn term(key: &str, op: &str, values: &[&str]) -> NodeSelectorTerm {
     NodeSelectorTerm {
@@ -100,6 +114,94 @@ fn prefixes_stop_at_slash_boundaries() {
         p,
         ["gs://b/model/v1", "gs://b/model", "gs://b", "gs:/", "gs:"]
     );
+}
+
+/// A URI of slashes used to cost a hash of every `/`-prefix (quadratic in its length): only the
+/// prefixes as long as some cache URI of the scope are hashed now.
+#[test]
+fn only_prefixes_as_long_as_a_cache_uri_are_hashed() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    idx.upsert_cache(CacheEntry::new(ns("team-a"), "short", "s3://b", &["gpu"]));
+    let scope = &idx.cluster;
+    let slashes = "/".repeat(1 << 20);
+    // One integer probe per slash; only the prefix as long as `hf://org/llama` (14) is hashed.
+    assert_eq!(probes(|| assert!(scope.find(&slashes).is_none())), 1);
+    let long = format!("hf://org/llama{slashes}x");
+    assert_eq!(probes(|| assert!(scope.find(&long).is_some())), 1);
+    // A prefix of a candidate length that is not a cache URI is hashed, and only it.
+    let other = format!("hf://org/other{slashes}x");
+    assert_eq!(probes(|| assert!(scope.find(&other).is_none())), 1);
+    // Through the lookup, both scopes, within the length limit.
+    let uri = format!("hf://org/llama{}", "/".repeat(MAX_MODEL_URI_LEN - 14));
+    assert_eq!(
+        probes(|| assert!(idx.lookup(&req("team-a", &uri)).hit().is_some())),
+        1
+    );
+}
+
+#[test]
+fn the_candidate_lengths_follow_the_caches() {
+    let mut idx = CacheIndex::new();
+    let empty = idx.clone();
+    idx.upsert_cache(llama(&["gpu"]));
+    idx.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "twin",
+        "hf://org/llama/",
+        &["gpu"],
+    ));
+    idx.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "m",
+        "hf://org/m",
+        &["gpu"],
+    ));
+    assert_eq!(idx.cluster.uri_lengths.get(&14), Some(&1));
+    assert_eq!(idx.cluster.uri_lengths.get(&10), Some(&1));
+    // A cache moved to another URI moves its length.
+    idx.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "m",
+        "hf://org/mm",
+        &["gpu"],
+    ));
+    assert_eq!(idx.cluster.uri_lengths.get(&10), None);
+    assert_eq!(
+        miss(&idx, &req("t", "hf://org/m/x")).reason,
+        MissReason::NoMatch
+    );
+    hit_or_checked_miss(&idx, "hf://org/mm/x");
+    for name in ["llama", "twin", "m"] {
+        assert!(idx.remove_cache(&CacheScope::Cluster, name));
+    }
+    assert_eq!(idx, empty);
+}
+
+/// The cache matched (whatever the checks then say).
+fn hit_or_checked_miss(idx: &CacheIndex, uri: &str) {
+    match idx.lookup(&req("t", uri)) {
+        Lookup::Hit(_) => {}
+        Lookup::Miss(m) => assert!(m.cache.is_some(), "{uri}: {m:?}"),
+    }
+}
+
+#[test]
+fn a_model_uri_longer_than_the_limit_is_a_miss_without_a_lookup() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    let at_limit = format!("hf://org/llama/{}", "a".repeat(MAX_MODEL_URI_LEN - 15));
+    assert_eq!(at_limit.len(), MAX_MODEL_URI_LEN);
+    hit(&idx, &req("team-a", &at_limit));
+    let over = format!("{at_limit}b");
+    let (m, n) = {
+        let mut m = None;
+        let n = probes(|| m = Some(miss(&idx, &req("team-a", &over))));
+        (m.unwrap(), n)
+    };
+    assert_eq!((m.reason, m.cache, n), (MissReason::UriTooLong, None, 0));
+    assert_eq!(MissReason::UriTooLong.as_str(), "uri-too-long");
+    assert!(MissReason::ALL.contains(&MissReason::UriTooLong));
 }
 
 #[test]
@@ -643,7 +745,8 @@ fn reasons_have_the_spec_labels() {
             "node-group-mismatch",
             "pvc-missing",
             "not-downloaded",
-            "not-synced"
+            "not-synced",
+            "uri-too-long"
         ]
     );
     // The counters index by discriminant.

@@ -205,7 +205,7 @@ fn fields_no_rule_reads_are_skipped_unchecked() {
         "spec": {
             "containers": [{"name": "c", "image": 5, "ports": "x", "resources": [1, 2],
                             "securityContext": {"capabilities": "all", "privileged": "yes"}}],
-            "volumes": [{"name": "v", "hostPath": {"path": 3}}],
+            "volumes": [{"name": "v", "hostPath": {"type": 3}}],
             "dnsPolicy": ["x"],
             "future": {"deep": [{"x": null}]}
         },

@@ -21,6 +21,7 @@
 //! accept is decoded again by serde_json, which decides (and names the field that fails).
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -417,6 +418,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VolumeView<'a>, A::Error> {
                 let mut out = VolumeView::default();
+                // Every source key as given, with whether its value is there (not `null`).
+                let mut given = Vec::new();
                 while let Some(key) = map.next_key::<Str<'a>>()? {
                     let present = match &*key {
                         "name" => {
@@ -429,17 +432,41 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
                         }
                         _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
                     };
-                    // A key given twice keeps its last value: `null` the second time removes it.
-                    out.sources.retain(|s| *s != *key);
-                    if present {
-                        out.sources.push(key);
-                    }
+                    given.push((key, present));
                 }
+                out.sources = last_given(given);
                 Ok(out)
             }
         }
         d.deserialize_map(V(PhantomData))
     }
+}
+
+/// The keys whose last value is there, once each, in the order of their last occurrence: a key
+/// given twice keeps its last value (`null` the second time removes it). One pass backwards,
+/// each key hashed once: linear in the keys, however many there are.
+fn last_given(given: Vec<(Str<'_>, bool)>) -> Vec<Str<'_>> {
+    // The API server admits one source: without a repeated key, nothing to look up.
+    if given.len() <= 1 {
+        return given
+            .into_iter()
+            .filter_map(|(k, present)| present.then_some(k))
+            .collect();
+    }
+    let mut seen = HashSet::with_capacity(given.len());
+    let keep: Vec<bool> = given
+        .iter()
+        .rev()
+        .map(|(key, present)| seen.insert(&**key) && *present)
+        .collect();
+    let mut kept: Vec<Str<'_>> = given
+        .into_iter()
+        .rev()
+        .zip(keep)
+        .filter_map(|((key, _), keep)| keep.then_some(key))
+        .collect();
+    kept.reverse();
+    kept
 }
 
 view! {

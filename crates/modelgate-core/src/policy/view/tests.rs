@@ -231,6 +231,21 @@ fn a_volume_of_one_source_or_none_reads_it() {
     );
 }
 
+/// An init container's raw text is exactly the text received (spacing included), and of two
+/// lists given, the last is read.
+#[test]
+fn an_init_container_s_raw_text_is_the_text_received() {
+    let text = r#"{"kind":"Job","spec":{"template":{"spec":{"initContainers":[ {"name":"a", "image" : "x"} ,{"name":"b"}],"containers":[{"name":"x"}],"containers":[{"name":"y"}]}}}}"#;
+    let job = decode_job(text).unwrap();
+    let spec = job.spec.unwrap().template.unwrap().spec.unwrap();
+    assert_eq!(spec.containers()[0].name(), "y");
+    assert_eq!(
+        spec.init_containers()[0].raw.get(),
+        r#"{"name":"a", "image" : "x"}"#
+    );
+    assert_eq!(spec.init_containers()[1].container.name(), "b");
+}
+
 #[test]
 fn null_is_absent_and_a_missing_name_reads_empty() {
     let text = r#"{"metadata": null, "spec": {"securityContext": {"runAsUser": null},

@@ -334,6 +334,39 @@ fn decode<const VIEWS: bool>(text: &str) -> Option<(Request, ObjectInput<'_>)> {
     Some((Request::from_head(envelope, head), object))
 }
 
+/// The AdmissionReview the API server would send for creating `object` (a bare Kubernetes
+/// object, as a manifest has it), as a dry run: the request's kind from the object's
+/// `apiVersion` and `kind`, its namespace and name from its `metadata` (`default_namespace` when
+/// it names none), the uid `<user>-<namespace>-<name>`. `review` and `audit` judge a bare object
+/// through this review and [`Request::from_slice`], the decode `serve` uses.
+pub fn create_review(
+    object: &serde_json::Value,
+    default_namespace: &str,
+    user: &str,
+) -> serde_json::Value {
+    let text = |pointer: &str| object.pointer(pointer).and_then(serde_json::Value::as_str);
+    let api_version = text("/apiVersion").unwrap_or("");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = text("/kind").unwrap_or("");
+    let namespace = text("/metadata/namespace").unwrap_or(default_namespace);
+    let name = text("/metadata/name").unwrap_or("");
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("{user}-{namespace}-{name}"),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "namespace": namespace,
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": user},
+            "object": object,
+            "dryRun": true,
+        }
+    })
+}
+
 impl Request {
     /// Decodes an AdmissionReview body as `serve` does, in one pass: the object of a Pod or Job
     /// (written after the request's kind, as the API server writes it) is decoded into views in

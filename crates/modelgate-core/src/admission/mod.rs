@@ -11,7 +11,7 @@ mod kinds;
 mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
-pub use decode::{ApiVersion, DecodeError, Envelope, Request};
+pub use decode::{ApiVersion, DecodeError, Envelope, Request, create_review};
 pub use kinds::WorkloadKind;
 
 use decode::ObjectInput;

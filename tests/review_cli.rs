@@ -1347,3 +1347,61 @@ fn a_huge_denial_is_printed_capped() {
     assert!(run.stdout.contains("; … and 1980 more. "), "{}", run.stdout);
     assert_eq!(run.stdout.matches("is outside 1..2147483647").count(), 20);
 }
+
+/// `review` decodes an AdmissionReview with `serve`'s decode: a review the server refuses as
+/// malformed is refused by `review` with the server's own message, naming the file (exit 2).
+#[test]
+fn a_review_the_server_refuses_is_refused_with_the_server_s_message() {
+    use modelgate::admission::{self, Context, Webhook};
+
+    let config = modelgate::config::PolicyConfig::default();
+    let index = modelgate::cache::CacheIndex::new();
+    let ctx = Context {
+        config: &config,
+        caches: modelgate::policy::Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("review_cli_refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    let request = |field: &str, value: Value| {
+        let mut request = json!({
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "u"},
+            "object": pod,
+        });
+        request[field] = value;
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    };
+    for (name, doc) in [
+        ("dry-run-not-a-bool", request("dryRun", json!("yes"))),
+        ("unknown-operation", request("operation", json!("EXPLODE"))),
+        ("null-name", request("name", Value::Null)),
+        ("kind-not-an-object", request("kind", json!("Pod"))),
+    ] {
+        let body = serde_json::to_vec(&doc).unwrap();
+        let served = admission::review(Webhook::Validate, &body, &ctx);
+        let answer: Value = serde_json::from_slice(&served.body).unwrap();
+        assert_eq!(answer["response"]["allowed"], false, "{name}");
+        assert_eq!(answer["response"]["status"]["code"], 400, "{name}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.starts_with("request."), "{name}: {message}");
+
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, &body).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let run = review(&[&path]);
+        assert_exit(&run, 2);
+        assert_eq!(run.stdout, "", "{name}");
+        assert_eq!(
+            one_line(&run.stderr),
+            format!("error: {path}: {message}"),
+            "{name}"
+        );
+    }
+}

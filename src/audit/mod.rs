@@ -21,9 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::admission::{
-    self, ApiVersion, Context, Decision, Envelope, Request, Webhook, WorkloadKind,
-};
+use crate::admission::{self, Context, Decision, DecodeError, Request, Webhook, WorkloadKind};
 use crate::policy::Rule;
 pub use rules::{RuleResult, Status};
 
@@ -253,32 +251,26 @@ pub struct Evaluation {
 /// mutating webhook, its patch applied, then the validating webhook. `ctx` must say `enforce`
 /// for every namespace.
 pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
-    let (group, version) = match target.object.get("kind").and_then(Value::as_str) {
-        Some("Job") => ("batch", "v1"),
-        _ => ("", "v1"),
+    // The decision for `object` in the AdmissionReview of its creation, decoded as `serve`
+    // decodes a body.
+    let decide = |webhook: Webhook, object: &Value| {
+        let review = admission::create_review(object, &target.namespace, "modelgate-audit");
+        let body = serde_json::to_vec(&review).unwrap_or_default();
+        match Request::from_slice(&body) {
+            Ok(request) => admission::decide(webhook, &request, ctx),
+            Err(e) => Decision {
+                allowed: false,
+                message: Some(match e {
+                    DecodeError::Unanswerable(message) | DecodeError::Invalid { message, .. } => {
+                        message
+                    }
+                }),
+                code: Some(400),
+                ..Default::default()
+            },
+        }
     };
-    let request = |object: &Value| Request {
-        envelope: Envelope {
-            api_version: ApiVersion::V1,
-            uid: "modelgate-audit".into(),
-        },
-        group: group.into(),
-        version: version.into(),
-        kind: target
-            .object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("Pod")
-            .into(),
-        sub_resource: None,
-        namespace: target.namespace.clone(),
-        name: String::new(),
-        operation: "CREATE",
-        dry_run: true,
-        object: serde_json::value::to_raw_value(object).ok(),
-        old_object: None,
-    };
-    let mutated = admission::decide(Webhook::Mutate, &request(&target.object), ctx);
+    let mutated = decide(Webhook::Mutate, &target.object);
     if !mutated.allowed {
         // Ranges are checked before anything is patched: what the rest would do is unknown.
         let results = rules::denied_before_mutation(target, &mutated);
@@ -298,11 +290,11 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
                     message: Some(message),
                 };
             }
-            let validated = admission::decide(Webhook::Validate, &request(&object), ctx);
+            let validated = decide(Webhook::Validate, &object);
             (validated, object)
         }
         None => (
-            admission::decide(Webhook::Validate, &request(&target.object), ctx),
+            decide(Webhook::Validate, &target.object),
             target.object.clone(),
         ),
     };

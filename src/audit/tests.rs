@@ -192,6 +192,32 @@ fn a_schema_error_is_a_denial_of_the_schema_rule() {
     assert!(schema.message.contains("runAsUser"), "{}", schema.message);
 }
 
+/// An object is judged in the AdmissionReview of its creation, decoded as `serve` decodes a body:
+/// a Job's denial is `serve`'s answer to that review, word for word.
+#[test]
+fn an_object_is_judged_as_serve_judges_the_review_of_its_creation() {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "team-a"},
+        "spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "b", "securityContext": {"runAsUser": "0"}}]}}}});
+    let t = target(job.clone());
+    with_ctx(&Namespaces::default(), |ctx| {
+        let e = evaluate(&t, ctx);
+        assert_eq!(e.outcome, Outcome::Denied);
+        let review = admission::create_review(&job, "default", "serve");
+        assert_eq!(
+            review["request"]["kind"],
+            json!({"group": "batch", "version": "v1", "kind": "Job"})
+        );
+        let body = serde_json::to_vec(&review).unwrap();
+        let served: Value =
+            serde_json::from_slice(&admission::review(Webhook::Mutate, &body, ctx).body).unwrap();
+        let message = served["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("runAsUser"), "{message}");
+        assert_eq!(e.message.as_deref(), Some(message));
+    });
+}
+
 #[test]
 fn report_counts_per_namespace_and_rule() {
     let none = Namespaces::default();

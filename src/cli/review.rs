@@ -279,7 +279,8 @@ fn junit_case(r: &Reviewed) -> junit::Case {
 }
 
 /// Turns a document into an AdmissionReview: used as is when it is one, wrapped when it is a
-/// bare AdmissionRequest (Kubewarden's test format), else wrapped as a dry-run CREATE.
+/// bare AdmissionRequest (Kubewarden's test format), else wrapped as the dry-run CREATE the API
+/// server would send. Each is then decoded as `serve` decodes a body ([`Request::from_slice`]).
 fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
     let v = &doc.value;
     let kind = v.get("kind");
@@ -294,37 +295,12 @@ fn to_request(doc: &Document, default_ns: &str) -> anyhow::Result<Value> {
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v}),
         );
     }
-    let (Some(api_version), Some(kind)) = (
-        v.get("apiVersion").and_then(Value::as_str),
-        kind.and_then(Value::as_str),
-    ) else {
+    if v.get("apiVersion").and_then(Value::as_str).is_none()
+        || kind.and_then(Value::as_str).is_none()
+    {
         bail!("not a Kubernetes object: apiVersion and kind are required");
-    };
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let namespace = v
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or(default_ns);
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let resource = format!("{}s", kind.to_lowercase());
-    Ok(json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("modelgate-review-{namespace}-{name}"),
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "namespace": namespace,
-            "name": name,
-            "operation": "CREATE",
-            "userInfo": {"username": "modelgate-review"},
-            "object": v,
-            "dryRun": true,
-        }
-    }))
+    }
+    Ok(admission::create_review(v, default_ns, "modelgate-review"))
 }
 
 /// Hand-written AdmissionReviews (gatekeeper's samples) often carry only the operation and the

@@ -91,11 +91,10 @@ fn decode(parser: &str, body: &[u8], scratch: &mut Vec<u8>) -> usize {
             review.request.uid.len() + pod.spec.map_or(0, |s| s.containers().len())
         }
         "serde_json" => summary(&serde_json::from_slice::<Review<Pod>>(body).unwrap()),
-        // The product's path: the body's UTF-8 checked once, then the structural scan of
-        // `src/policy/view/scan.rs` (falling back to serde_json, which never happens here).
-        "scan" => {
+        // The product's path: the body's UTF-8 checked once, then serde_json over the text.
+        "serde_json-utf8" => {
             let text = std::str::from_utf8(body).unwrap();
-            summary(&view::scan::from_str::<Review<Pod>>(text).unwrap())
+            summary(&serde_json::from_str::<Review<Pod>>(text).unwrap())
         }
         "sonic-rs" => summary(&sonic_rs::from_slice::<Review<Pod>>(body).unwrap()),
         "simd-json" => {
@@ -119,11 +118,6 @@ fn decode(parser: &str, body: &[u8], scratch: &mut Vec<u8>) -> usize {
             .unwrap()
             .get()
             .len(),
-        "scan-skip" => {
-            let text = std::str::from_utf8(body).unwrap();
-            view::scan::from_str::<serde::de::IgnoredAny>(text).unwrap();
-            1
-        }
         // sonic-rs' lazy API, checked: the members of the review located and their values
         // skipped (a decoder over `to_object_iter` would start here).
         "sonic-rs-lazy-skip" => {
@@ -150,15 +144,14 @@ fn decode(parser: &str, body: &[u8], scratch: &mut Vec<u8>) -> usize {
     }
 }
 
-const PARSERS: [&str; 12] = [
+const PARSERS: [&str; 11] = [
     "serde_json-two-pass",
     "serde_json",
-    "scan",
+    "serde_json-utf8",
     "sonic-rs",
     "simd-json",
     "serde_json-skip",
     "serde_json-raw-skip",
-    "scan-skip",
     "sonic-rs-skip",
     "sonic-rs-lazy-skip",
     "sonic-rs-get-many",
@@ -249,16 +242,13 @@ fn acceptance() {
         ("missing colon", br#"{"a":{"x" 1},"b":1}"#),
     ];
     println!(
-        "| malformed unread value | serde_json | scan | sonic-rs lazy | sonic-rs get_many | simd-json tape |"
+        "| malformed unread value | serde_json | sonic-rs lazy | sonic-rs get_many | simd-json tape |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     let verdict = |ok: bool| if ok { "accepted" } else { "refused" };
     for (what, body) in cases {
         let serde = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
             && std::str::from_utf8(body).is_ok();
-        let scan = std::str::from_utf8(body)
-            .map(|t| view::scan::from_str::<serde::de::IgnoredAny>(t).is_ok())
-            .unwrap_or(false);
         let lazy = sonic_rs::to_object_iter(body).all(|m| m.is_ok());
         let mut tree = sonic_rs::PointerTree::new();
         tree.add_path(["b"]);
@@ -266,9 +256,8 @@ fn acceptance() {
         let mut copy = body.to_vec();
         let tape = simd_json::to_tape(&mut copy).is_ok();
         println!(
-            "| {what} | {} | {} | {} | {} | {} |",
+            "| {what} | {} | {} | {} | {} |",
             verdict(serde),
-            verdict(scan),
             verdict(lazy),
             verdict(many),
             verdict(tape)

@@ -386,22 +386,22 @@ fn a_template_reviewed_before_the_caches_are_synced_is_warned_once() {
 }
 
 #[test]
-fn a_pods_admission_never_scans_the_body_again_for_the_objects_text() {
+fn a_pods_admission_never_parses_the_body_again_for_the_objects_text() {
     // Only a controller's UPDATE compares templates; finding the object's text again costs a
     // second parse of the whole body, which a Pod's admission must never pay.
-    let scans = || super::decode::RAW_OBJECT_SCANS.with(std::cell::Cell::get);
+    let parses = || super::decode::RAW_OBJECT_PARSES.with(std::cell::Cell::get);
     let index = CacheIndex::new();
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                      "spec": {"securityContext": {"runAsNonRoot": true},
                               "containers": [{"name": "a", "image": "b"}]}});
     let body = review(WorkloadKind::Pod, "CREATE", "team-a", &pod, None);
-    let before = scans();
+    let before = parses();
     for webhook in [Webhook::Mutate, Webhook::Validate] {
         assert!(call(webhook, &body, &index).allowed);
     }
-    assert_eq!(scans(), before, "a Pod's admission scanned the body again");
-    // The count is live: a scan is counted.
+    assert_eq!(parses(), before, "a Pod's admission parsed the body again");
+    // The count is live: a parse is counted.
     let text = serde_json::to_vec(&body).unwrap();
     assert!(super::decode::raw_object(&text).is_some());
-    assert_eq!(scans(), before + 1);
+    assert_eq!(parses(), before + 1);
 }

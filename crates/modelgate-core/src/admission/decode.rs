@@ -14,7 +14,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{Decision, DecodedObject, Summary, WorkloadKind};
-use crate::policy::view::{JobView, PodView, scan};
+use crate::policy::view::{JobView, PodView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApiVersion {
@@ -85,7 +85,8 @@ struct ReviewIn<'a> {
 }
 
 /// The part of `request` that modelgate reads (kube-core's `AdmissionRequest` also requires and
-/// decodes `userInfo`, `resource`, the options and a typed object, which no rule here needs).
+/// decodes `userInfo`, `resource`, the options and a typed object, which no rule here needs),
+/// typed as [`FastRequest`] reads it: used to name what that decode refused.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RequestHead<'a> {
@@ -106,32 +107,21 @@ struct RequestHead<'a> {
     old_object: Option<&'a RawValue>,
 }
 
-/// The whole review as the API server sends it, decoded in one pass on the happy path.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewStrict<'a> {
-    #[serde(borrow)]
-    api_version: Cow<'a, str>,
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    request: RequestHead<'a>,
-}
-
-/// The object of a request as the one-pass decode leaves it.
+/// The object of a request as the decode leaves it.
 pub(super) enum ObjectInput<'a> {
     /// No `object`, or `null`.
     Missing,
     /// Decoded into views while the envelope was read (a Pod or Job whose kind came before the
     /// object, as the API server writes it).
     Decoded(Box<DecodedObject<'a>>),
-    /// Kept as text, to be decoded once the kind is known.
+    /// Kept as text (borrowed from the body), to be decoded once the kind is known.
     Raw(&'a RawValue),
 }
 
-/// The request as the one-pass decode reads it: the head, the object decoded as the kind the
-/// head names when the head comes first.
-struct FastRequest<'a> {
+/// The request as the one-pass decode reads it: the head, and the object. With `VIEWS`, the
+/// object of a Pod or Job whose kind comes first is decoded into views in the same pass; any
+/// other object (and every object without `VIEWS`) is kept as text.
+struct FastRequest<'a, const VIEWS: bool> {
     uid: Option<String>,
     kind: Option<GroupVersionKind>,
     sub_resource: Option<String>,
@@ -167,17 +157,20 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
+impl<'de: 'a, 'a, const VIEWS: bool> Deserialize<'de> for FastRequest<'a, VIEWS> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = FastRequest<'a>;
+        struct V<'a, const VIEWS: bool>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a, const VIEWS: bool> Visitor<'de> for V<'a, VIEWS> {
+            type Value = FastRequest<'a, VIEWS>;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an AdmissionRequest")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FastRequest<'a>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FastRequest<'a, VIEWS>, A::Error> {
                 let mut r = FastRequest {
                     uid: None,
                     kind: None,
@@ -194,7 +187,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
                     value: T,
                     key: &'static str,
                 ) -> Result<(), E> {
-                    // A duplicate is left to the checked decode, which names it.
+                    // A duplicate is refused, as the derived decode that names it refuses it.
                     if slot.replace(value).is_some() {
                         return Err(E::duplicate_field(key));
                     }
@@ -218,11 +211,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
                         "operation" => once(&mut r.operation, map.next_value()?, "operation")?,
                         "dryRun" => once(&mut r.dry_run, map.next_value()?, "dryRun")?,
                         "object" => {
-                            // Whatever the operation: an object that does not decode sends the
-                            // whole body to the checked path, which answers as before.
+                            // Whatever the operation: an object that does not decode as its
+                            // kind sends the body to the decode that keeps it as text.
                             let decode = r
                                 .kind
                                 .as_ref()
+                                .filter(|_| VIEWS)
                                 .and_then(|k| workload_kind(&k.group, &k.version, &k.kind));
                             let object = map.next_value_seed(ObjectSeed(decode))?;
                             once(&mut r.object, object, "object")?;
@@ -242,26 +236,26 @@ impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
 }
 
 #[derive(Deserialize)]
-struct FastReview<'a> {
+struct FastReview<'a, const VIEWS: bool> {
     #[serde(borrow, rename = "apiVersion")]
     api_version: Cow<'a, str>,
     #[serde(borrow)]
     kind: Cow<'a, str>,
     #[serde(borrow)]
-    request: FastRequest<'a>,
+    request: FastRequest<'a, VIEWS>,
 }
 
 #[cfg(test)]
 thread_local! {
-    /// How many bodies [`raw_object`] scanned on this thread: the tests check that only a
-    /// controller's UPDATE pays for a second scan of the body.
-    pub(super) static RAW_OBJECT_SCANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// How many bodies [`raw_object`] parsed on this thread: the tests check that only a
+    /// controller's UPDATE pays for a second parse of the body.
+    pub(super) static RAW_OBJECT_PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The object's text in an AdmissionReview body, found again (borrowed) after a one-pass decode.
 pub(super) fn raw_object(body: &[u8]) -> Option<&RawValue> {
     #[cfg(test)]
-    RAW_OBJECT_SCANS.with(|n| n.set(n.get() + 1));
+    RAW_OBJECT_PARSES.with(|n| n.set(n.get() + 1));
     #[derive(Deserialize)]
     struct ObjectOnly<'a> {
         #[serde(borrow)]
@@ -285,62 +279,120 @@ fn workload_kind(group: &str, version: &str, kind: &str) -> Option<WorkloadKind>
     WorkloadKind::of(group, version, kind)
 }
 
+/// The body as JSON text. JSON text is UTF-8, and serde_json checks it only in the strings it
+/// decodes: checked here once for the whole body, so that skipped strings are checked too.
+fn utf8(body: &[u8]) -> Result<&str, DecodeError> {
+    std::str::from_utf8(body).map_err(|e| {
+        let at = e.valid_up_to();
+        let line_start = body[..at]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let line = body[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        DecodeError::Unanswerable(format!(
+            "request body is not JSON: invalid unicode code point at line {line} column {}",
+            at - line_start + 1
+        ))
+    })
+}
+
+/// serde_json's message without its ` at line L column C`.
+fn without_position(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match message.strip_suffix(&position) {
+        Some(message) => message.to_string(),
+        None => message,
+    }
+}
+
+/// The review in `text` if it is a well-formed AdmissionReview: the request, and its object as
+/// [`FastRequest`] read it (views or text, after `VIEWS`).
+fn decode<const VIEWS: bool>(text: &str) -> Option<(Request, ObjectInput<'_>)> {
+    let review = serde_json::from_str::<FastReview<VIEWS>>(text).ok()?;
+    let api_version = ApiVersion::parse(&review.api_version)?;
+    let r = review.request;
+    let (Some(uid), Some(kind), Some(operation)) = (r.uid, r.kind, r.operation) else {
+        return None;
+    };
+    if review.kind != "AdmissionReview" || uid.is_empty() {
+        return None;
+    }
+    let head = RequestHead {
+        uid: uid.clone(),
+        kind,
+        sub_resource: r.sub_resource,
+        namespace: r.namespace,
+        name: r.name.unwrap_or_default(),
+        operation,
+        dry_run: r.dry_run.unwrap_or_default(),
+        object: None,
+        old_object: r.old_object,
+    };
+    let envelope = Envelope { api_version, uid };
+    let object = r.object.unwrap_or(ObjectInput::Missing);
+    Some((Request::from_head(envelope, head), object))
+}
+
+/// The AdmissionReview the API server would send for creating `object` (a bare Kubernetes
+/// object, as a manifest has it), as a dry run: the request's kind from the object's
+/// `apiVersion` and `kind`, its namespace and name from its `metadata` (`default_namespace` when
+/// it names none), the uid `<user>-<namespace>-<name>`. `review` and `audit` judge a bare object
+/// through this review and [`Request::from_slice`], the decode `serve` uses.
+pub fn create_review(
+    object: &serde_json::Value,
+    default_namespace: &str,
+    user: &str,
+) -> serde_json::Value {
+    let text = |pointer: &str| object.pointer(pointer).and_then(serde_json::Value::as_str);
+    let api_version = text("/apiVersion").unwrap_or("");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = text("/kind").unwrap_or("");
+    let namespace = text("/metadata/namespace").unwrap_or(default_namespace);
+    let name = text("/metadata/name").unwrap_or("");
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("{user}-{namespace}-{name}"),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "namespace": namespace,
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": user},
+            "object": object,
+            "dryRun": true,
+        }
+    })
+}
+
 impl Request {
-    /// Decodes an AdmissionReview body and its object in one pass when the body is well formed
-    /// and written in the API server's order (the request's kind before its object); otherwise
-    /// as [`Request::from_slice`], the object left raw.
+    /// Decodes an AdmissionReview body as `serve` does, in one pass: the object of a Pod or Job
+    /// (written after the request's kind, as the API server writes it) is decoded into views in
+    /// the same pass, any other object is kept as text. When the object does not decode as its
+    /// kind, the body is decoded as [`Request::from_slice`] decodes it (the object kept as text,
+    /// for the policy to name the field); a body neither decode takes is refused, saying what is
+    /// wrong and echoing the uid when it can be read.
     pub(super) fn from_slice_with_object(
         body: &[u8],
     ) -> Result<(Request, ObjectInput<'_>), DecodeError> {
-        // JSON text is UTF-8, and serde_json checks it only in the strings it decodes: checked
-        // here once for the whole body, so that skipped strings are checked too.
-        // First through the structural scan, which skips unread values faster and hands every
-        // body it does not take (see `scan`) to serde_json, which decides.
-        if let Ok(text) = std::str::from_utf8(body)
-            && let Ok(review) = scan::from_str::<FastReview>(text)
-                .or_else(|_| serde_json::from_str::<FastReview>(text).map_err(|_| scan::Bail))
-            && review.kind == "AdmissionReview"
-            && let Some(api_version) = ApiVersion::parse(&review.api_version)
-            && let r = review.request
-            && let (Some(uid), Some(kind), Some(operation)) = (r.uid, r.kind, r.operation)
-            && !uid.is_empty()
-        {
-            let head = RequestHead {
-                uid: uid.clone(),
-                kind,
-                sub_resource: r.sub_resource,
-                namespace: r.namespace,
-                name: r.name.unwrap_or_default(),
-                operation,
-                dry_run: r.dry_run.unwrap_or_default(),
-                object: None,
-                old_object: r.old_object,
-            };
-            let envelope = Envelope { api_version, uid };
-            let object = r.object.unwrap_or(ObjectInput::Missing);
-            return Ok((Request::from_head(envelope, head), object));
-        }
-        let request = Self::from_slice(body)?;
-        // The slow path owns its object text; the caller decodes it from `request.object`.
-        Ok((request, ObjectInput::Missing))
+        let text = utf8(body)?;
+        decode::<true>(text)
+            .or_else(|| decode::<false>(text))
+            .ok_or_else(|| Self::refusal(text))
     }
 
-    /// Decodes an AdmissionReview body: in one pass when it is well formed, else again, step by
-    /// step, to say what is wrong and echo the uid when it can be read.
+    /// Decodes an AdmissionReview body with `serve`'s decode, the object kept as its text
+    /// (in [`Request::object`]): what `review` and `audit` decode their reviews with, so that a
+    /// body `serve` refuses is refused by them with the same message.
     pub fn from_slice(body: &[u8]) -> Result<Request, DecodeError> {
-        if let Ok(review) = serde_json::from_slice::<ReviewStrict>(body)
-            && review.kind == "AdmissionReview"
-            && let Some(api_version) = ApiVersion::parse(&review.api_version)
-            && !review.request.uid.is_empty()
-        {
-            let head = review.request;
-            let envelope = Envelope {
-                api_version,
-                uid: head.uid.clone(),
-            };
-            return Ok(Request::from_head(envelope, head));
+        let text = utf8(body)?;
+        let (mut request, object) = decode::<false>(text).ok_or_else(|| Self::refusal(text))?;
+        if let ObjectInput::Raw(raw) = object {
+            request.object = Some(raw.to_owned());
         }
-        Self::from_slice_checked(body)
+        Ok(request)
     }
 
     fn from_head(envelope: Envelope, head: RequestHead) -> Request {
@@ -373,15 +425,20 @@ impl Request {
         }
     }
 
-    fn from_slice_checked(body: &[u8]) -> Result<Request, DecodeError> {
-        let review: ReviewIn = serde_json::from_slice(body).map_err(|e| {
-            DecodeError::Unanswerable(match e.classify() {
-                serde_json::error::Category::Data => {
-                    format!("request body is not an AdmissionReview: {e}")
-                }
-                _ => format!("request body is not JSON: {e}"),
-            })
-        })?;
+    /// Why [`decode`] refused `text`, decoded again step by step to say what is wrong and to
+    /// echo the uid when it can be read.
+    fn refusal(text: &str) -> DecodeError {
+        let review: ReviewIn = match serde_json::from_str(text) {
+            Ok(review) => review,
+            Err(e) => {
+                return DecodeError::Unanswerable(match e.classify() {
+                    serde_json::error::Category::Data => {
+                        format!("request body is not an AdmissionReview: {e}")
+                    }
+                    _ => format!("request body is not JSON: {e}"),
+                });
+            }
+        };
         let raw_request = review.request.filter(|r| r.get() != "null");
         let api_version = match review.api_version.as_deref() {
             Some(v) => ApiVersion::parse(v)
@@ -395,11 +452,12 @@ impl Request {
         };
         let Some(raw_request) = raw_request else {
             let problem = [api_version.err(), kind.err()].into_iter().flatten().next();
-            return Err(DecodeError::Unanswerable(
+            return DecodeError::Unanswerable(
                 problem.unwrap_or_else(|| "request is missing".into()),
-            ));
+            );
         };
-        // One pass over the request on the happy path; a second, for the uid alone, otherwise.
+        // One pass over the request when only the envelope is wrong; a second, for the uid
+        // alone, otherwise.
         let head = serde_json::from_str::<RequestHead>(raw_request.get());
         let uid = match &head {
             Ok(h) => Some(h.uid.clone()),
@@ -409,9 +467,9 @@ impl Request {
         };
         let Some(uid) = uid.filter(|u| !u.is_empty()) else {
             let problem = [api_version.err(), kind.err()].into_iter().flatten().next();
-            return Err(DecodeError::Unanswerable(problem.unwrap_or_else(|| {
-                "request.uid is missing or not a string".into()
-            })));
+            return DecodeError::Unanswerable(
+                problem.unwrap_or_else(|| "request.uid is missing or not a string".into()),
+            );
         };
         // The uid is readable: from here on, problems are answered in a review that echoes it.
         let envelope = Envelope {
@@ -419,21 +477,18 @@ impl Request {
             uid,
         };
         if let Some(message) = [api_version.err(), kind.err()].into_iter().flatten().next() {
-            return Err(DecodeError::Invalid { envelope, message });
+            return DecodeError::Invalid { envelope, message };
         }
-        let head = match head {
-            Ok(h) => h,
-            Err(_) => {
-                // Decode again with path tracking, only to name the offending field.
-                let de = &mut serde_json::Deserializer::from_str(raw_request.get());
-                let message = match serde_path_to_error::deserialize::<_, RequestHead>(de) {
-                    Err(e) => format!("request.{}: {}", e.path(), e.inner()),
-                    Ok(_) => "request: cannot be decoded".to_string(),
-                };
-                return Err(DecodeError::Invalid { envelope, message });
-            }
+        // Decode again with path tracking, only to name the offending field.
+        let de = &mut serde_json::Deserializer::from_str(raw_request.get());
+        let message = match serde_path_to_error::deserialize::<_, RequestHead>(de) {
+            // Without serde_json's position: the path names the field, and the position would
+            // point into a body nobody sees (or, for `review`, into the review it re-encoded).
+            Err(e) => format!("request.{}: {}", e.path(), without_position(e.inner())),
+            // Both decodes read the request alike, so this is not reached.
+            Ok(_) => "request: cannot be decoded".to_string(),
         };
-        Ok(Request::from_head(envelope, head))
+        DecodeError::Invalid { envelope, message }
     }
 
     /// The kind of SPEC.md §1 the request is for; `None` for any other.
@@ -476,14 +531,19 @@ impl Request {
 }
 
 #[cfg(test)]
-mod fast_path_tests {
+mod one_pass_tests {
     use super::*;
 
-    /// The reference reviews, and a controller's UPDATE (its object and old object kept as raw
-    /// text), are read by the structural scan itself, not by the serde_json pass behind it: a
-    /// change that made the scan refuse them would keep every answer and lose the speed.
+    fn compact(pretty: &str) -> String {
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(pretty).unwrap()).unwrap()
+    }
+
+    /// The reference reviews' objects are decoded into views while the envelope is read, and a
+    /// controller's UPDATE keeps its object and old object as the text received: a change that
+    /// sent them to the decode that keeps the object as text would keep every answer and cost
+    /// every Pod's admission a second pass over its object.
     #[test]
-    fn the_api_server_s_reviews_are_decoded_by_the_scan() {
+    fn the_api_server_s_reviews_are_decoded_in_one_pass() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../benches/reviews");
         for name in [
             "llm-serving-pod",
@@ -491,19 +551,12 @@ mod fast_path_tests {
             "twenty-container-pod",
         ] {
             let pretty = std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap();
-            let compact =
-                serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&pretty).unwrap())
-                    .unwrap();
-            for text in [&pretty, &compact] {
-                let review = scan::from_str::<FastReview>(text).expect(name);
-                assert!(matches!(
-                    review.request.object,
-                    Some(ObjectInput::Decoded(_))
-                ));
-                assert_eq!(
-                    review.request.uid.as_deref(),
-                    Some(&*format!("bench-{name}"))
-                );
+            for text in [pretty.clone(), compact(&pretty)] {
+                let (request, object) = Request::from_slice_with_object(text.as_bytes())
+                    .unwrap_or_else(|_| panic!("{name}"));
+                assert!(matches!(object, ObjectInput::Decoded(_)), "{name}");
+                assert_eq!(request.envelope.uid, format!("bench-{name}"));
+                assert!(request.object.is_none(), "{name}: the object was copied");
             }
         }
         let update = serde_json::json!({
@@ -519,8 +572,8 @@ mod fast_path_tests {
             }
         })
         .to_string();
-        let review = scan::from_str::<FastReview>(&update).expect("a controller's update");
-        let Some(ObjectInput::Raw(object)) = review.request.object else {
+        let (request, object) = Request::from_slice_with_object(update.as_bytes()).unwrap();
+        let ObjectInput::Raw(object) = object else {
             panic!("the object is kept raw");
         };
         assert_eq!(
@@ -528,9 +581,119 @@ mod fast_path_tests {
             r#"{"kind":"Deployment","spec":{"replicas":2}}"#
         );
         assert_eq!(
-            review.request.old_object.map(RawValue::get),
+            request.old_object.as_deref().map(RawValue::get),
             Some(r#"{"kind":"Deployment","spec":{"replicas":1}}"#)
         );
-        assert!(matches!(review.request.operation, Some(Operation::Update)));
+        assert_eq!(request.operation, "UPDATE");
+    }
+
+    /// `from_slice` (what `review` and `audit` decode with) reads a review as `serve`'s decode
+    /// does, the object kept as its exact text, and refuses what it refuses with the same error.
+    #[test]
+    fn from_slice_is_serve_s_decode_with_the_object_as_text() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../benches/reviews");
+        let pretty = std::fs::read_to_string(format!("{dir}/llm-serving-pod.json")).unwrap();
+        let text = compact(&pretty);
+        let request = Request::from_slice(text.as_bytes()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            request.object.as_deref().map(RawValue::get),
+            Some(
+                serde_json::to_string(&value["request"]["object"])
+                    .unwrap()
+                    .as_str()
+            )
+        );
+        let (served, _) = Request::from_slice_with_object(text.as_bytes()).unwrap();
+        assert_eq!(
+            format!(
+                "{:?}",
+                Request {
+                    object: None,
+                    ..request
+                }
+            ),
+            format!("{served:?}")
+        );
+        let review = |request: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            )
+        };
+        let refused = [
+            review(
+                r#"{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"EXPLODE"}"#,
+            ),
+            review(
+                r#"{"uid":"u","uid":"v","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE"}"#,
+            ),
+            review(
+                r#"{"uid":7,"kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE"}"#,
+            ),
+            review(
+                r#"{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","dryRun":"yes"}"#,
+            ),
+            review(
+                r#"{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"spec":}}"#,
+            ),
+            review("null"),
+            r#"{"apiVersion":"v1","kind":"AdmissionReview","request":{"uid":"u"}}"#.to_string(),
+            "[]".to_string(),
+            "{".to_string(),
+        ];
+        for body in &refused {
+            let (Err(a), Err(b)) = (
+                Request::from_slice(body.as_bytes()),
+                Request::from_slice_with_object(body.as_bytes()),
+            ) else {
+                panic!("accepted: {body}");
+            };
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
+        }
+        // A Pod whose object does not decode as a Pod is still a readable review: the policy,
+        // not the decode, refuses it and names the field.
+        let bad_object = review(
+            r#"{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE",
+                "object":{"spec":{"securityContext":{"runAsUser":"0"}}}}"#,
+        );
+        let (served, object) = Request::from_slice_with_object(bad_object.as_bytes()).unwrap();
+        assert!(matches!(object, ObjectInput::Raw(_)));
+        let request = Request::from_slice(bad_object.as_bytes()).unwrap();
+        assert_eq!(
+            format!(
+                "{:?}",
+                Request {
+                    object: None,
+                    ..request
+                }
+            ),
+            format!("{served:?}")
+        );
+    }
+
+    /// JSON text is UTF-8: bytes that are not are refused wherever they are, also in a field no
+    /// rule reads (which serde_json alone would skip without checking).
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_even_in_an_unread_field() {
+        let prefix = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"DELETE","userInfo":{"username":"a"#;
+        let mut body = prefix.to_vec();
+        body.extend_from_slice(b"\xff\"}}}");
+        for result in [
+            Request::from_slice(&body).map(|_| ()),
+            Request::from_slice_with_object(&body).map(|_| ()),
+        ] {
+            let Err(DecodeError::Unanswerable(message)) = result else {
+                panic!("accepted or answered: {result:?}");
+            };
+            assert_eq!(
+                message,
+                format!(
+                    "request body is not JSON: invalid unicode code point at line 1 column {}",
+                    prefix.len() + 1
+                )
+            );
+        }
+        // Without the check, serde_json would have taken it.
+        assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok());
     }
 }

@@ -11,7 +11,7 @@ mod kinds;
 mod mode;
 
 pub use crate::policy::MAX_WARNING_LEN;
-pub use decode::{ApiVersion, DecodeError, Envelope, Request};
+pub use decode::{ApiVersion, DecodeError, Envelope, Request, create_review};
 pub use kinds::WorkloadKind;
 
 use decode::ObjectInput;
@@ -165,13 +165,6 @@ pub fn review(webhook: Webhook, body: &[u8], ctx: &Context) -> Outcome {
             return encode::response(&envelope, &Decision::invalid(message), summary);
         }
     };
-    let object = match object {
-        ObjectInput::Missing => request
-            .object
-            .as_deref()
-            .map_or(ObjectInput::Missing, ObjectInput::Raw),
-        decoded => decoded,
-    };
     let decision = decide_object(webhook, &request, object, body, ctx);
     respond(&request, &decision)
 }
@@ -279,7 +272,7 @@ fn decide_unbounded(
         Err(_) => req.namespace.as_str(),
     };
     // Only an UPDATE of a controller looks for the object's text: finding it again in a body
-    // decoded in one pass scans the whole body a second time.
+    // decoded in one pass parses the whole body a second time.
     let unchanged_template = || {
         template_update && {
             let object = raw.or_else(|| decode::raw_object(body));

@@ -13,29 +13,18 @@
 //! - an init container is also kept as its raw JSON text, because the prep container is judged on
 //!   every field it has, including fields no type here knows.
 //!
-//! serde_json limits nesting to 128 levels where a value is decoded; what it skips, it skips with a
-//! heap stack, so deep nesting in an unread field costs no stack either.
-//!
-//! The views are decoded first through [`scan`], which skips unread values with a structural scan
-//! and accepts a subset of what serde_json accepts, giving the same views; whatever it does not
-//! accept is decoded again by serde_json, which decides (and names the field that fails).
+//! serde_json decodes the views (the only JSON reader of the request path). It limits nesting to
+//! 128 levels where a value is decoded; what it skips, it skips with a heap stack, so deep nesting
+//! in an unread field costs no stack either.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
-
-#[path = "view/scan.rs"]
-pub mod scan;
-
-/// `text` decoded as `T` by [`scan`] when it can, else by serde_json (the same value, or
-/// serde_json's error).
-pub fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> {
-    scan::from_str(text).or_else(|_| serde_json::from_str(text))
-}
 
 /// A string of the object: borrowed from the JSON text, owned only when it held an escape.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -353,7 +342,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for InitContainerView<'a> {
         // strings still borrow from the review. (A failure is named by the path-tracking pass,
         // which decodes init containers as plain `ContainerView`s.)
         let raw = <&'a RawValue>::deserialize(d)?;
-        let container = from_str(raw.get()).map_err(de::Error::custom)?;
+        let container = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
         Ok(InitContainerView { container, raw })
     }
 }
@@ -425,6 +414,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VolumeView<'a>, A::Error> {
                 let mut out = VolumeView::default();
+                // Every source key as given, with whether its value is there (not `null`).
+                let mut given = Vec::new();
                 while let Some(key) = map.next_key::<Str<'a>>()? {
                     let present = match &*key {
                         "name" => {
@@ -441,17 +432,41 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
                         }
                         _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
                     };
-                    // A key given twice keeps its last value: `null` the second time removes it.
-                    out.sources.retain(|s| *s != *key);
-                    if present {
-                        out.sources.push(key);
-                    }
+                    given.push((key, present));
                 }
+                out.sources = last_given(given);
                 Ok(out)
             }
         }
         d.deserialize_map(V(PhantomData))
     }
+}
+
+/// The keys whose last value is there, once each, in the order of their last occurrence: a key
+/// given twice keeps its last value (`null` the second time removes it). One pass backwards,
+/// each key hashed once: linear in the keys, however many there are.
+fn last_given(given: Vec<(Str<'_>, bool)>) -> Vec<Str<'_>> {
+    // The API server admits one source: without a repeated key, nothing to look up.
+    if given.len() <= 1 {
+        return given
+            .into_iter()
+            .filter_map(|(k, present)| present.then_some(k))
+            .collect();
+    }
+    let mut seen = HashSet::with_capacity(given.len());
+    let keep: Vec<bool> = given
+        .iter()
+        .rev()
+        .map(|(key, present)| seen.insert(&**key) && *present)
+        .collect();
+    let mut kept: Vec<Str<'_>> = given
+        .into_iter()
+        .rev()
+        .zip(keep)
+        .filter_map(|((key, _), keep)| keep.then_some(key))
+        .collect();
+    kept.reverse();
+    kept
 }
 
 view! {
@@ -670,23 +685,23 @@ impl fmt::Display for DecodeFailure {
 /// Decodes a Pod. On the happy path one pass; on failure a second pass, with path tracking, only
 /// to name the field.
 pub fn decode_pod(text: &str) -> Result<PodView<'_>, DecodeFailure> {
-    from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
+    serde_json::from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a batch/v1 Job, as [`decode_pod`].
 pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
-    from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
+    serde_json::from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController, as
 /// [`decode_pod`].
 pub fn decode_controller(text: &str) -> Result<ControllerView<'_>, DecodeFailure> {
-    from_str(text).map_err(|_| failure::<ControllerOf<'_, ContainerView<'_>>>(text))
+    serde_json::from_str(text).map_err(|_| failure::<ControllerOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes a batch/v1 CronJob, as [`decode_pod`].
 pub fn decode_cron_job(text: &str) -> Result<CronJobView<'_>, DecodeFailure> {
-    from_str(text).map_err(|_| failure::<CronJobOf<'_, ContainerView<'_>>>(text))
+    serde_json::from_str(text).map_err(|_| failure::<CronJobOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes `text` again as `T` (the same views, init containers without their raw text), tracking

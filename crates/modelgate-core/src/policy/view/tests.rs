@@ -182,6 +182,70 @@ fn a_key_given_twice_keeps_its_last_value() {
     assert_eq!(value["metadata"]["annotations"]["b"], "2");
 }
 
+/// A volume of many source keys (the API server admits one, but a mutating webhook sees the
+/// object before that check): every key given, each once with its last value, in the order of
+/// its last occurrence.
+#[test]
+fn a_volume_of_many_keys_keeps_each_key_s_last_value() {
+    let n = 90_000;
+    let mut volume = String::from(r#"{"name":"v""#);
+    for i in 0..n {
+        volume.push_str(&format!(r#","s{i}":{{}}"#));
+    }
+    // Given again: every third key removed by a `null`, every fifth given again (moved last).
+    for i in (0..n).step_by(3) {
+        volume.push_str(&format!(r#","s{i}":null"#));
+    }
+    for i in (0..n).step_by(5) {
+        volume.push_str(&format!(r#","s{i}":{{"again":true}}"#));
+    }
+    volume.push_str(r#","persistentVolumeClaim":{"claimName":"c"},"persistentVolumeClaim":null}"#);
+    let text = format!(r#"{{"spec":{{"volumes":[{volume}]}}}}"#);
+    let p = decode_pod(&text).unwrap();
+    let spec = p.spec.unwrap();
+    let v = &spec.volumes()[0];
+    assert_eq!(v.name(), "v");
+    assert_eq!(v.persistent_volume_claim, None);
+    let expected: Vec<String> = (0..n)
+        .filter(|i| i % 3 != 0 && i % 5 != 0)
+        .chain((0..n).step_by(5))
+        .map(|i| format!("s{i}"))
+        .collect();
+    let sources: Vec<&str> = v.sources.iter().map(|s| &**s).collect();
+    assert_eq!(sources, expected);
+    assert!(v.has_source("s1") && v.has_source("s5") && !v.has_source("s3"));
+}
+
+/// The one source of a volume, and a source given and removed, need no look-up of repeats.
+#[test]
+fn a_volume_of_one_source_or_none_reads_it() {
+    let one = decode_pod(r#"{"spec":{"volumes":[{"name":"v","nfs":{}}]}}"#).unwrap();
+    assert_eq!(one.spec.unwrap().volumes()[0].sources, [Str("nfs".into())]);
+    let gone = decode_pod(r#"{"spec":{"volumes":[{"name":"v","nfs":null}]}}"#).unwrap();
+    assert!(gone.spec.unwrap().volumes()[0].sources.is_empty());
+    let twice =
+        decode_pod(r#"{"spec":{"volumes":[{"nfs":null,"emptyDir":{},"nfs":{}}]}}"#).unwrap();
+    assert_eq!(
+        twice.spec.unwrap().volumes()[0].sources,
+        [Str("emptyDir".into()), Str("nfs".into())]
+    );
+}
+
+/// An init container's raw text is exactly the text received (spacing included), and of two
+/// lists given, the last is read.
+#[test]
+fn an_init_container_s_raw_text_is_the_text_received() {
+    let text = r#"{"kind":"Job","spec":{"template":{"spec":{"initContainers":[ {"name":"a", "image" : "x"} ,{"name":"b"}],"containers":[{"name":"x"}],"containers":[{"name":"y"}]}}}}"#;
+    let job = decode_job(text).unwrap();
+    let spec = job.spec.unwrap().template.unwrap().spec.unwrap();
+    assert_eq!(spec.containers()[0].name(), "y");
+    assert_eq!(
+        spec.init_containers()[0].raw.get(),
+        r#"{"name":"a", "image" : "x"}"#
+    );
+    assert_eq!(spec.init_containers()[1].container.name(), "b");
+}
+
 #[test]
 fn null_is_absent_and_a_missing_name_reads_empty() {
     let text = r#"{"metadata": null, "spec": {"securityContext": {"runAsUser": null},

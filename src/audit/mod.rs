@@ -279,7 +279,11 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
     let (validated, patched) = match &mutated.patch {
         Some(patch) => {
             let mut object = target.object.clone();
-            if let Err(e) = json_patch::patch(&mut object, &patch.operations()) {
+            let applied = patch
+                .try_operations()
+                .map_err(|e| e.to_string())
+                .and_then(|ops| json_patch::patch(&mut object, &ops).map_err(|e| e.to_string()));
+            if let Err(e) = applied {
                 // The patch is built against this very object; say so rather than guess.
                 let message = format!("the policy's patch does not apply: {e}");
                 return Evaluation {

@@ -119,7 +119,8 @@ pub(super) fn after_mutation(
     let patch = mutated
         .patch
         .as_ref()
-        .map(|p| workload_patch(target, p.operations()));
+        .and_then(|p| p.try_operations().ok())
+        .map(|ops| workload_patch(target, ops));
     Rule::ALL
         .into_iter()
         .map(|rule| {

@@ -360,7 +360,10 @@ fn review_one(
         None => None,
     };
     if let (Some(obj), Some(patch)) = (patched.as_mut(), decision.patch.as_ref()) {
-        json_patch::patch(obj, &patch.operations())
+        let ops = patch
+            .try_operations()
+            .with_context(|| format!("{origin}: the patch is not a JSON Patch"))?;
+        json_patch::patch(obj, &ops)
             .with_context(|| format!("{origin}: the patch does not apply"))?;
     }
     if webhook == WebhookChoice::Both && decision.allowed {

@@ -106,7 +106,12 @@ pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<Strin
             let fixed = "the cache volume is hostPath  on the node, outside --prep-host-path: \
                  no root model-cache-prep there; the pod is treated as under \
                  --model-cache-prep=never";
-            let path = super::shorten_uri(path, super::MAX_WARNING_LEN.saturating_sub(fixed.len()));
+            let path = match path.is_empty() {
+                true => "(no path)".into(),
+                false => {
+                    super::shorten_uri(path, super::MAX_WARNING_LEN.saturating_sub(fixed.len()))
+                }
+            };
             format!(
                 "the cache volume is hostPath {path} on the node, outside --prep-host-path: no \
                  root {PREP_CONTAINER} there; the pod is treated as under \

@@ -140,6 +140,7 @@ impl PolicyArgs {
             },
             exempt_namespaces: self.exempt_namespaces,
             default_mode: self.default_mode.into(),
+            prep_host_paths: Vec::new(),
         }
         // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).
         .with_default_exemptions(std::env::var("POD_NAMESPACE").ok().as_deref())

@@ -82,6 +82,10 @@ pub struct PolicyConfig {
 
     /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
     pub default_mode: Mode,
+
+    /// Absolute host path prefixes under which a `hostPath` cache volume may get the prep
+    /// container (SPEC.md §4, `--prep-host-path`); empty: never on a host path.
+    pub prep_host_paths: Vec<String>,
 }
 
 impl Default for PolicyConfig {
@@ -99,6 +103,7 @@ impl Default for PolicyConfig {
             cache_layout: CacheLayout::StorageKey,
             exempt_namespaces: Vec::new(),
             default_mode: Mode::Enforce,
+            prep_host_paths: Vec::new(),
         }
     }
 }

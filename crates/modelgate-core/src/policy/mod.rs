@@ -6,7 +6,7 @@
 //! - [`model_cache`]: model URI resolution against node-local caches (§5)
 //! - [`validate`]: what is denied (§6)
 
-mod cache_prep;
+pub(crate) mod cache_prep;
 pub mod model_cache;
 mod nonroot;
 mod validate;

@@ -402,8 +402,23 @@ fn all_non_root(object: &Value) -> bool {
         })
 }
 
+/// How often each comparison ran, so that none of them passes for want of cases.
+#[derive(Default, Debug)]
+struct Coverage {
+    denied_for_a_security_field: usize,
+    made_non_root: usize,
+    admitted_as_patched: usize,
+    templates: usize,
+}
+
 /// Compares the backstop with the webhooks on one object, in an `enforce` namespace.
-fn differential(label: &str, object: &Value, hooks: &Webhooks, policy: &Policy) -> Vec<String> {
+fn differential(
+    label: &str,
+    object: &Value,
+    hooks: &Webhooks,
+    policy: &Policy,
+    seen: &mut Coverage,
+) -> Vec<String> {
     let mut failures = Vec::new();
     let Some(kind) = WorkloadKind::of_api_version(
         object["apiVersion"].as_str().unwrap_or_default(),
@@ -434,6 +449,7 @@ fn differential(label: &str, object: &Value, hooks: &Webhooks, policy: &Policy) 
         .filter(|f| is_security_field(f))
         .collect();
     if !validate.allowed && !fields.is_empty() {
+        seen.denied_for_a_security_field += 1;
         let message = unmutated.message();
         match &unmutated {
             Verdict::Deny(_) => {
@@ -451,6 +467,7 @@ fn differential(label: &str, object: &Value, hooks: &Webhooks, policy: &Policy) 
     }
 
     if kind.is_controller() {
+        seen.templates += 1;
         // Templates: the ranges only, exactly where the webhook denies them.
         if validate.allowed && unmutated != Verdict::Admit {
             fail("/validate admits the template, the backstop does not".into());
@@ -468,6 +485,7 @@ fn differential(label: &str, object: &Value, hooks: &Webhooks, policy: &Policy) 
             || op["value"]["securityContext"].get("runAsNonRoot").is_some()
     });
     let makes_non_root = sets_non_root && !all_non_root(object);
+    seen.made_non_root += usize::from(makes_non_root);
     if makes_non_root && !matches!(unmutated, Verdict::Deny(_)) {
         fail("/mutate makes it non-root, the backstop admits it unmutated".into());
     }
@@ -482,6 +500,7 @@ fn differential(label: &str, object: &Value, hooks: &Webhooks, policy: &Policy) 
         let patched = mutate.patched(object);
         let v = hooks.call(Webhook::Validate, &create_review("uid", &patched, "team-a"));
         if v.allowed {
+            seen.admitted_as_patched += 1;
             for (what, o) in [
                 ("as patched", patched.clone()),
                 (
@@ -760,6 +779,7 @@ fn the_corpus_and_generated_pods_agree_with_the_webhooks() {
     let generated = generated_pods();
     let mut failures = Vec::new();
     let mut judged = 0;
+    let mut seen = Coverage::default();
     for (name, cfg) in configs() {
         let hooks = Webhooks::new(cfg.clone());
         let policy = Policy::new(&cfg, &selection());
@@ -769,11 +789,20 @@ fn the_corpus_and_generated_pods_agree_with_the_webhooks() {
                 object,
                 &hooks,
                 &policy,
+                &mut seen,
             ));
             judged += 1;
         }
     }
     assert!(judged > 100, "only {judged} objects judged");
+    assert!(
+        seen.denied_for_a_security_field > 20
+            && seen.made_non_root > 20
+            && seen.admitted_as_patched > 100
+            && seen.templates > 10,
+        "{seen:?}"
+    );
+    println!("{judged} objects judged: {seen:?}");
     assert!(
         failures.is_empty(),
         "{} disagreements:\n{}",

@@ -3,10 +3,14 @@ Operations: what keeps the webhooks from locking up the cluster, and the names t
 objects (servicemonitor.yaml, prometheusrule.yaml, grafana-dashboard.yaml) select by.
 */}}
 
-{{/* failurePolicy of one webhook ("mutate" or "validate"): its own value, else the chart-wide one. */}}
+{{/*
+failurePolicy of one webhook ("mutate" or "validate"): its own value, else the chart-wide one,
+else Ignore when the backstop holds the policy inside the API server and Fail when nothing does.
+*/}}
 {{- define "modelgate.failurePolicy" -}}
 {{- $hook := index .root.Values.webhooks .hook -}}
-{{- default .root.Values.failurePolicy $hook.failurePolicy -}}
+{{- $default := ternary "Ignore" "Fail" (.root.Values.backstop.enabled | default false) -}}
+{{- $hook.failurePolicy | default .root.Values.failurePolicy | default $default -}}
 {{- end -}}
 
 {{/* timeoutSeconds of one webhook: its own value (1..30), else the chart-wide one. */}}

@@ -78,6 +78,11 @@ const PREP_ADVICE: &str =
 pub enum Checks {
     RangesOnly,
     All,
+    /// An `ephemeralcontainers` update: everything, but the effective `runAsNonRoot` only of
+    /// the ephemeral containers. The others are immutable and already run (a pod created before
+    /// modelgate may have none): refusing the update would protect nothing and only stop
+    /// `kubectl debug`, and `/mutate` cannot change them on this subresource either.
+    EphemeralUpdate,
 }
 
 /// Checks one id; the object's `sc` (a security context's path, built only for a violation) and
@@ -158,7 +163,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     // The one init container that may be the canonical prep: the first of that name, judged
     // once against the canonical container for this pod, when modelgate manages one (a second
     // container of that name is a second root container, never canonical).
-    let canonical_prep = (checks == Checks::All && managed)
+    let canonical_prep = (checks != Checks::RangesOnly && managed)
         .then(|| {
             let i = w
                 .spec
@@ -178,7 +183,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 // The mutation replaces a prep container it owns; it is judged after that.
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
                 Checks::RangesOnly => {}
-                Checks::All => {
+                Checks::All | Checks::EphemeralUpdate => {
                     if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
                     }
@@ -209,7 +214,12 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 GID_ADVICE,
             );
         }
-        if checks == Checks::All {
+        let judged = match checks {
+            Checks::RangesOnly => false,
+            Checks::All => true,
+            Checks::EphemeralUpdate => c.list == ContainerList::Ephemeral,
+        };
+        if judged {
             check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
         }
     }

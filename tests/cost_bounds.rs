@@ -156,10 +156,10 @@ fn every_hostile_shape_costs_instructions_linear_in_its_body_and_answers_in_boun
             // A denial or a `/validate` answer carries no patch: its size is capped (20
             // violations, 20 warnings); a patch grows with what it patches.
             let patch = webhook == "mutate" && answer["allowed"] == true;
-            let limit = if patch {
-                10 * body + 64 * 1024
-            } else {
-                64 * 1024
+            // A patch is at most 1 MiB (base64: 4/3 of it), else the pod is denied.
+            let limit = match patch {
+                true => (10 * body).min((1 << 20) * 4 / 3) + 64 * 1024,
+                false => 64 * 1024,
             };
             if bytes > limit {
                 failures.push(format!(

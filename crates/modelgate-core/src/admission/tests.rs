@@ -1630,6 +1630,49 @@ fn mirror_pods_are_untouched() {
     assert!(!a.allowed());
 }
 
+/// A pod whose patch would pass what the API server can store is denied with the reason, not
+/// answered with a patch of many megabytes; the same pod in `warn` mode is allowed as it is.
+#[test]
+fn a_patch_past_what_the_api_server_can_store_is_a_denial() {
+    let containers: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsNonRoot": false}}))
+        .collect();
+    let p = pod(json!({"containers": containers}));
+    let cfg = PolicyConfig::default();
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Pod", "CREATE", None, "t", p),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+    assert!(a.patch.is_empty());
+    assert!(
+        a.message().starts_with(
+            "spec: the pod is too large for the changes modelgate must make: their patch is "
+        ),
+        "{}",
+        a.message()
+    );
+    // Below the bound, the same shape is patched.
+    let containers: Vec<Value> = (0..200)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsNonRoot": false}}))
+        .collect();
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of(
+            "Pod",
+            "CREATE",
+            None,
+            "t",
+            pod(json!({"containers": containers})),
+        ),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed() && a.patch.len() > 200);
+}
+
 /// `kubectl debug` on a pod that predates the policy (its container has no runAsNonRoot): the
 /// update judges the ephemeral containers' runAsNonRoot, not the running containers', which
 /// are immutable; `/mutate` then `/validate` admit it.

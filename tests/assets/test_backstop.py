@@ -119,6 +119,19 @@ def test_the_backstop_makes_ignore_the_webhooks_default(assets: Assets) -> None:
     assert policies(explicit) == ["Fail"]
 
 
+def test_auto_installs_the_backstop_where_the_cluster_serves_it(assets: Assets) -> None:
+    """backstop.enabled defaults to auto: on where the API server serves ValidatingAdmissionPolicy
+    v1 (what helm install reads from discovery; --api-versions stands in for it here)."""
+    vap = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+    served = load(str(assets.render("backstop-auto-served", "--api-versions", vap)))
+    assert sorted(d["kind"] for d in served if d["kind"] in KINDS) == sorted(KINDS)
+    hooks = [h for d in served if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
+    assert {h["failurePolicy"] for h in hooks} == {"Ignore"}
+    assert not [d for d in load(str(assets.render("no-backstop"))) if d["kind"] in KINDS]
+    off = load(str(assets.render("backstop-off-served", "--api-versions", vap, "--set", "backstop.enabled=false")))
+    assert not [d for d in off if d["kind"] in KINDS]
+
+
 def test_the_kustomize_component_is_the_binarys_output_for_the_base_policy(assets: Assets, modelgate_bin: Path) -> None:
     component = assets.manifests / "components" / "backstop"
     overlay = assets.work / "overlay-backstop"

@@ -9,7 +9,7 @@ else Ignore when the backstop holds the policy inside the API server and Fail wh
 */}}
 {{- define "modelgate.failurePolicy" -}}
 {{- $hook := index .root.Values.webhooks .hook -}}
-{{- $default := ternary "Ignore" "Fail" (.root.Values.backstop.enabled | default false) -}}
+{{- $default := ternary "Ignore" "Fail" (eq (include "modelgate.backstopEnabled" .root) "true") -}}
 {{- $hook.failurePolicy | default .root.Values.failurePolicy | default $default -}}
 {{- end -}}
 
@@ -94,4 +94,18 @@ matchConditions:
 {{/* The job label Prometheus gives modelgate's targets: the Service's name (ServiceMonitor default). */}}
 {{- define "modelgate.metricsJob" -}}
 {{- include "modelgate.fullname" . -}}
+{{- end -}}
+
+{{/*
+Whether the backstop is rendered: backstop.enabled true or false, or with auto (the default)
+whether the cluster serves ValidatingAdmissionPolicy v1 (what helm install and upgrade read
+from discovery; helm template knows it only from --api-versions).
+*/}}
+{{- define "modelgate.backstopEnabled" -}}
+{{- $enabled := .Values.backstop.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
+{{- else -}}
+{{- toString $enabled -}}
+{{- end -}}
 {{- end -}}

@@ -334,6 +334,21 @@ fn check(case: &Case, path: &str, a: &Answer) {
                 assert!(message.contains(want), "{name}: {message}");
             }
         }
+        // These pods are as a user writes them, without runAsNonRoot: `/validate` alone holds
+        // the invariant (SPEC.md §6) and refuses them, naming the field, which shows the odd
+        // input was read through; `/mutate` admits them with its patch.
+        Expect::Allowed(uid) if path == "/validate" => {
+            assert_eq!(a.status, StatusCode::OK, "{name}: {a:?}");
+            let v = a.json();
+            let r = &v["response"];
+            assert_eq!(r["uid"], *uid, "{name}: {v}");
+            assert_eq!(r["allowed"], false, "{name}: {v}");
+            let message = r["status"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.starts_with("spec.containers[0].securityContext.runAsNonRoot: not set"),
+                "{name}: {message}"
+            );
+        }
         Expect::Allowed(uid) => {
             assert_eq!(a.status, StatusCode::OK, "{name}: {a:?}");
             let v = a.json();

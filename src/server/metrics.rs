@@ -1,9 +1,12 @@
 //! Prometheus metrics, encoded by `prometheus-client` (OpenMetrics text) at `/metrics` on the
 //! probe listener.
 //!
-//! Label values are bounded: `kind` is `Pod`, `Job`, `other` or `none` (the body could not be
-//! read), `operation` one of the four admission operations or `none`, so a client cannot grow
-//! the series without limit.
+//! Label values are bounded: `kind` is a workload kind modelgate judges (`Pod`, `Job`, the
+//! controllers), `other` or `none` (the body could not be read), `operation` one of the four
+//! admission operations or `none`, so a client cannot grow the series without limit.
+//!
+//! Every family has its series from the start, at 0 (see [`Metrics::new`]): an alert's
+//! `rate()` sees the first event, and an absent series means a failed scrape.
 //!
 //! The `process_*` metrics (CPU, memory, file descriptors, start time) come from
 //! [`super::process_metrics`], registered here so that every `/metrics` carries them.

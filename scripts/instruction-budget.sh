@@ -87,6 +87,8 @@ serve_instructions() {
     --caches benches/reviews/caches.json --shutdown-grace 0s \
     --tls-cert "$WORK/certs/tls.crt" --tls-key "$WORK/certs/tls.key" 2>"$log" &
   local pid=$! probe="" webhook="" i
+  # This function runs in its own subshell ($(…)): stop serve if it ends early.
+  trap "kill $pid 2>/dev/null || true" EXIT
   addr() { sed -n "s/.*\"listener\":\"$1\",\"addr\":\"\([^\"]*\)\".*/\1/p" "$log" | head -1; }
   # Under valgrind, on a loaded machine, serve can take a minute to start.
   for ((i = 0; i < 3000; i++)); do

@@ -675,7 +675,8 @@ fn driver_main() -> anyhow::Result<()> {
         compact_json::read_review(Path::new(REVIEWS), &o.review)
             .with_context(|| format!("review {} in {REVIEWS}", o.review))?,
     );
-    let review_path = dir.path().join("review.json");
+    // Named after the review: the Go client's header names the file it sends.
+    let review_path = dir.path().join(format!("{}.json", o.review));
     std::fs::write(&review_path, &body)?;
     let caches_path = Path::new(REVIEWS).join("caches.json");
     let runtime = tokio::runtime::Builder::new_multi_thread()

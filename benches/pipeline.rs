@@ -2,6 +2,9 @@
 //! `benches/reviews/` (issue 6 targets: LLM serving Pod under 30 µs, 20-container Pod under
 //! 200 µs). Run with `cargo bench --bench pipeline`; figures go to docs/benchmarks.md.
 
+#[path = "../examples/support/deployment.rs"]
+mod deployment;
+
 use std::hint::black_box;
 use std::path::Path;
 
@@ -9,6 +12,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use modelgate::admission::{self, Context, Webhook};
 use modelgate::config::PolicyConfig;
 use modelgate::policy::Caches;
+
+use deployment::llm_deployment_review;
 
 // The allocator the binary uses (src/main.rs).
 #[global_allocator]
@@ -33,26 +38,6 @@ fn reviews() -> Vec<(&'static str, Vec<u8>)> {
         compact_llm_review(&dir),
     )))
     .collect()
-}
-
-/// The LLM serving pod as the template of a Deployment, compact (SPEC.md §11: `/validate`
-/// mutates the template in memory, then judges it; `/mutate` never patches a controller).
-fn llm_deployment_review(dir: &Path) -> Vec<u8> {
-    let pretty = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");
-    let mut review: serde_json::Value = serde_json::from_slice(&pretty).expect("JSON");
-    let request = &mut review["request"];
-    let pod = request["object"].take();
-    let labels = pod["metadata"]["labels"].clone();
-    request["kind"] = serde_json::json!({"group": "apps", "version": "v1", "kind": "Deployment"});
-    request["resource"] =
-        serde_json::json!({"group": "apps", "version": "v1", "resource": "deployments"});
-    request["object"] = serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "llm", "namespace": pod["metadata"]["namespace"].clone()},
-        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                 "template": {"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()}},
-    });
-    serde_json::to_vec(&review).expect("JSON")
 }
 
 /// The LLM serving review without the pretty-printing: how the API server sends it.

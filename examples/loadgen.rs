@@ -35,7 +35,10 @@
 //! With `--go-client PATH`, steps 3 to 5 are replaced by running PATH, the Go load generator of
 //! `tests/apiserver/src/apiserver/cmd/loadgen` (kube-apiserver's own webhook client), against the
 //! two servers: `PATH -serve URL -floor URL -ca FILE -review FILE -serve-pid PID -floor-pid PID`
-//! followed by the words of `--go-args`; its output (a markdown table) is printed as it comes.
+//! followed by the words of `--go-args`; its output (its own header and a markdown table) is
+//! printed as it comes, then both servers' peak RSS. `--requests`, `--warmup`, `--max-seconds`,
+//! `--protocols` and `--concurrency` do not apply: the Go client's own flags (`-rounds`,
+//! `-seconds`, `-warmup`, `-workers`) go in `--go-args`.
 //!
 //! Bounded in count (`--requests` per measurement, after `--warmup`) and in time
 //! (`--max-seconds` per measurement); loopback only. It is a command, not a test: nothing here
@@ -672,7 +675,8 @@ fn driver_main() -> anyhow::Result<()> {
         compact_json::read_review(Path::new(REVIEWS), &o.review)
             .with_context(|| format!("review {} in {REVIEWS}", o.review))?,
     );
-    let review_path = dir.path().join("review.json");
+    // Named after the review: the Go client's header names the file it sends.
+    let review_path = dir.path().join(format!("{}.json", o.review));
     std::fs::write(&review_path, &body)?;
     let caches_path = Path::new(REVIEWS).join("caches.json");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -680,16 +684,20 @@ fn driver_main() -> anyhow::Result<()> {
         .build()?;
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
 
-    println!(
-        "modelgate loadgen: review {} ({} bytes), {} requests per measurement after {} warm-up, \
-         at most {} s each; {cpus} CPUs; load average before: {}",
-        o.review,
-        body.len(),
-        o.requests,
-        o.warmup,
-        o.max_seconds,
-        load_average()
-    );
+    // The Go client prints its own header (the review, its rounds and seconds, the load);
+    // this one's counts and limits do not apply to it.
+    if o.go_client.is_none() {
+        println!(
+            "modelgate loadgen: review {} ({} bytes), {} requests per measurement after {} \
+             warm-up, at most {} s each; {cpus} CPUs; load average before: {}",
+            o.review,
+            body.len(),
+            o.requests,
+            o.warmup,
+            o.max_seconds,
+            load_average()
+        );
+    }
     let serve = spawn_serve(
         dir.path(),
         "serve",
@@ -734,6 +742,12 @@ fn driver_main() -> anyhow::Result<()> {
             .args(&o.go_args)
             .status()
             .with_context(|| go.display().to_string())?;
+        // What the Go client cannot see: the servers' memory.
+        println!(
+            "\npeak RSS (VmHWM): serve {}, floor {}",
+            mib(serve.status_kib("VmHWM")),
+            mib(floor.status_kib("VmHWM"))
+        );
         drop(serve);
         drop(floor);
         anyhow::ensure!(status.success(), "{}: {status}", go.display());

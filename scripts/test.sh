@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's one test command, as the README gives it, and what .ci/run runs:
 # formatting, lints, every Rust test (including the replay of the fuzz corpora and regression
-# inputs, tests/fuzz_regressions.rs), the binary called as kube-apiserver calls it (a Go harness,
-# scripts/check-apiserver.sh), the install assets checked with real tools, and the
+# inputs, tests/fuzz_regressions.rs), the pipeline's instructions per admission against their
+# ceilings (scripts/instruction-budget.sh), the binary called as kube-apiserver calls it (a Go
+# harness, scripts/check-apiserver.sh), the install assets checked with real tools, and the
 # dependency audit against the RustSec snapshot beside the project. Fails on the first failure.
 # Deterministic: exploratory fuzzing is a separate command with its own budget, scripts/fuzz.sh.
 set -euo pipefail
@@ -29,6 +30,9 @@ export MODELGATE_REQUIRE_TOOLS=1
 
 step "cargo test --workspace"
 cargo test --locked --workspace
+
+step "instruction budget (scripts/instruction-budget.sh: callgrind against benches/instruction-ceilings.toml)"
+scripts/instruction-budget.sh
 
 step "kube-apiserver as the client (scripts/check-apiserver.sh: Go harness, tests/apiserver)"
 scripts/check-apiserver.sh

@@ -13,6 +13,7 @@
 //!   and `serve`'s watch, with its metrics;
 //! - [`namespaces`]: the core's namespace modes, from files and `serve`'s metadata watch;
 //! - [`documents`]: YAML and JSON files read as kubectl reads them (SPEC.md §8);
+//! - [`duration`]: durations as Kubernetes writes them (`10s`, `1m30s`), for flags and queries;
 //! - [`junit`]: the JUnit XML format that `review` and `audit` write;
 //! - [`audit`]: `modelgate audit`'s evaluation of existing workloads (SPEC.md §10);
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
@@ -24,6 +25,7 @@ pub mod audit;
 pub mod cache;
 pub mod cli;
 pub mod documents;
+pub mod duration;
 pub mod junit;
 pub mod namespaces;
 mod reflector;

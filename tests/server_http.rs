@@ -344,6 +344,94 @@ async fn slow_clients_are_disconnected() {
     );
 }
 
+/// A fresh server exports every metric family with its series before the first event: each
+/// counter at 0 (an alert's `rate()` then sees the first increment, and an absent series means
+/// a failed scrape), and every policy result a webhook gives in a mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_server_exports_every_family_with_its_zero_series() {
+    let pki = TestPki::new();
+    let server = ServerProcess::start(&pki.tls_args());
+    let (status, metrics) = server.probe_get("/metrics").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    /// A family's name, type and samples (series, value).
+    type Family<'a> = (&'a str, &'a str, Vec<(&'a str, f64)>);
+    // `# TYPE <family> <type>`, then the family's samples up to the next `#` line.
+    let mut families: Vec<Family> = Vec::new();
+    for line in metrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name type");
+            families.push((name, kind, Vec::new()));
+        } else if !line.starts_with('#')
+            && let Some((series, value)) = line.rsplit_once(' ')
+            && let Some((_, _, samples)) = families.last_mut()
+        {
+            samples.push((series, value.parse().expect("a sample's value")));
+        }
+    }
+    let ours: Vec<_> = families
+        .iter()
+        .filter(|(name, _, _)| name.starts_with("modelgate_"))
+        .collect();
+    for family in [
+        "modelgate_admission_requests",
+        "modelgate_admission_duration_seconds",
+        "modelgate_policy_results",
+        "modelgate_cache_lookups",
+        "modelgate_watch_last_failure_timestamp_seconds",
+    ] {
+        assert!(
+            ours.iter().any(|(name, _, _)| *name == family),
+            "{family} is not registered\n{metrics}"
+        );
+    }
+    for (name, kind, samples) in &ours {
+        assert!(!samples.is_empty(), "{name} has no series\n{metrics}");
+        if *kind == "counter" {
+            assert!(
+                samples.iter().any(|(_, v)| *v == 0.0),
+                "{name} has no series at 0\n{metrics}"
+            );
+        }
+    }
+    let policy_results: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("modelgate_policy_results_total{"))
+        .collect();
+    let mut want = Vec::new();
+    for (webhook, modes) in [
+        (
+            "mutate",
+            [
+                ("enforce", &["patched", "denied", "unchanged"][..]),
+                ("warn", &["would_patch", "would_deny", "unchanged"][..]),
+                ("audit", &["would_patch", "would_deny", "unchanged"][..]),
+                ("off", &["unchanged"][..]),
+            ],
+        ),
+        (
+            "validate",
+            [
+                ("enforce", &["denied", "unchanged"][..]),
+                ("warn", &["would_deny", "unchanged"][..]),
+                ("audit", &["would_deny", "unchanged"][..]),
+                ("off", &["unchanged"][..]),
+            ],
+        ),
+    ] {
+        for (mode, results) in modes {
+            for result in results {
+                want.push(format!(
+                    r#"modelgate_policy_results_total{{webhook="{webhook}",mode="{mode}",result="{result}"}} 0"#
+                ));
+            }
+        }
+    }
+    let mut got = policy_results.clone();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_metrics_and_one_log_line_per_admission() {
     let pki = TestPki::new();

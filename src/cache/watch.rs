@@ -111,7 +111,7 @@ impl ClusterCacheArgs {
 
 /// A Kubernetes-style duration (`30s`, `500ms`, `2m`, `1m30s`), at most 24 hours.
 pub fn parse_sync_timeout(s: &str) -> Result<Duration, String> {
-    let d = crate::server::deadline::parse_duration(s)?;
+    let d = crate::duration::parse_duration(s)?;
     if d > Duration::from_secs(24 * 3600) {
         return Err(format!("`{s}` is longer than 24h"));
     }

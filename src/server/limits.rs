@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::server::deadline::parse_duration;
+use crate::duration::parse_duration;
 
 /// Locally reset streams (stream errors caused by the client) allowed per connection before it
 /// is closed with GOAWAY ENHANCE_YOUR_CALM (hyper's default, set here so that it cannot be lost).

@@ -1,9 +1,12 @@
 //! Prometheus metrics, encoded by `prometheus-client` (OpenMetrics text) at `/metrics` on the
 //! probe listener.
 //!
-//! Label values are bounded: `kind` is `Pod`, `Job`, `other` or `none` (the body could not be
-//! read), `operation` one of the four admission operations or `none`, so a client cannot grow
-//! the series without limit.
+//! Label values are bounded: `kind` is a workload kind modelgate judges (`Pod`, `Job`, the
+//! controllers), `other` or `none` (the body could not be read), `operation` one of the four
+//! admission operations or `none`, so a client cannot grow the series without limit.
+//!
+//! Every family has its series from the start, at 0 (see [`Metrics::new`]): an alert's
+//! `rate()` sees the first event, and an absent series means a failed scrape.
 //!
 //! The `process_*` metrics (CPU, memory, file descriptors, start time) come from
 //! [`super::process_metrics`], registered here so that every `/metrics` carries them.
@@ -165,6 +168,27 @@ const DURATION_SLOTS: usize = WEBHOOKS.len() * KIND_LABELS.len() * OPERATION_LAB
 const REQUEST_SLOTS: usize = DURATION_SLOTS * 4;
 const POLICY_SLOTS: usize = WEBHOOKS.len() * Mode::ALL.len() * PolicyResult::ALL.len();
 
+/// The results a webhook gives in a namespace mode (SPEC.md §9): `/validate` never patches, and
+/// `off` leaves every object unchanged. Each of these series is exported from the start.
+pub fn results_of(webhook: Webhook, mode: Mode) -> &'static [PolicyResult] {
+    use PolicyResult::{Denied, Patched, Unchanged, WouldDeny, WouldPatch};
+    match (webhook, mode) {
+        (_, Mode::Off) => &[Unchanged],
+        (Webhook::Mutate, Mode::Enforce) => &[Patched, Denied, Unchanged],
+        (Webhook::Validate, Mode::Enforce) => &[Denied, Unchanged],
+        (Webhook::Mutate, Mode::Warn | Mode::Audit) => &[WouldPatch, WouldDeny, Unchanged],
+        (Webhook::Validate, Mode::Warn | Mode::Audit) => &[WouldDeny, Unchanged],
+    }
+}
+
+/// The `(allowed, mutated)` label pairs of a webhook's answers: `/validate` never patches.
+fn answers(webhook: Webhook) -> &'static [(bool, bool)] {
+    match webhook {
+        Webhook::Mutate => &[(true, true), (true, false), (false, false)],
+        Webhook::Validate => &[(true, false), (false, false)],
+    }
+}
+
 impl DurationSlot {
     fn new(webhook: Webhook, kind: usize, operation: usize, dry_run: bool) -> Self {
         let slot = (webhook_index(webhook) * KIND_LABELS.len() + kind) * OPERATION_LABELS.len();
@@ -192,7 +216,8 @@ impl DurationSlot {
 /// Handles on the per-admission series, each looked up in its family once and then kept: a
 /// family lookup hashes the whole label set and takes the family's lock, which every request
 /// shares. A handle shares its value with the family's series, so `/metrics` reads what they
-/// count; a series appears in `/metrics` at its first use, as it did without the cache.
+/// count. The series of a Pod CREATE (the admission a cluster sends most) and every policy
+/// result are created with the metrics ([`Metrics::new`]); others appear at their first use.
 struct SeriesCache {
     requests: Box<[OnceLock<Counter>]>,
     duration: Box<[OnceLock<Histogram>]>,
@@ -316,7 +341,7 @@ impl Metrics {
         for result in ["success", "failure"] {
             drop(tls_reloads.get_or_create(&ResultLabels { result }));
         }
-        Metrics {
+        let metrics = Metrics {
             registry,
             requests,
             duration,
@@ -331,7 +356,72 @@ impl Metrics {
             buffered_body_bytes,
             cache_lookups: None,
             series: SeriesCache::new(),
+        };
+        // The per-admission families, at 0 from the start too: every policy result, and the
+        // requests and durations of a Pod CREATE (not dry run), so that each family has its
+        // series per webhook. The other kinds and operations appear at their first admission:
+        // at 9 kinds × 5 operations × the label pairs they would be hundreds of series.
+        let pod = kind_index(WorkloadKind::Pod.as_str());
+        let create = operation_index("CREATE");
+        for webhook in WEBHOOKS {
+            for mode in Mode::ALL {
+                for &result in results_of(webhook, mode) {
+                    metrics.policy_result(webhook, mode, result);
+                }
+            }
+            let slot = DurationSlot::new(webhook, pod, create, false);
+            metrics.duration_series(slot);
+            for &(allowed, mutated) in answers(webhook) {
+                metrics.request_series(slot, allowed, mutated);
+            }
         }
+        metrics
+    }
+
+    /// The series of `modelgate_admission_requests_total` for `slot` and the answer's labels.
+    fn request_series(&self, slot: DurationSlot, allowed: bool, mutated: bool) -> &Counter {
+        self.series.requests[slot.request(allowed, mutated)].get_or_init(|| {
+            let DurationLabels {
+                webhook,
+                kind,
+                operation,
+                dry_run,
+            } = slot.labels();
+            self.requests.get_or_create_owned(&RequestLabels {
+                webhook,
+                kind,
+                operation,
+                allowed,
+                mutated,
+                dry_run,
+            })
+        })
+    }
+
+    /// The series of `modelgate_admission_duration_seconds` for `slot`.
+    fn duration_series(&self, slot: DurationSlot) -> &Histogram {
+        self.series.duration[slot.0]
+            .get_or_init(|| self.duration.get_or_create_owned(&slot.labels()))
+    }
+
+    /// The series of `modelgate_policy_results_total` for the labels.
+    fn policy_result(&self, webhook: Webhook, mode: Mode, result: PolicyResult) -> &Counter {
+        let mode_index = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0);
+        let result_index = PolicyResult::ALL
+            .iter()
+            .position(|r| *r == result)
+            .unwrap_or(0);
+        let slot = (webhook_index(webhook) * Mode::ALL.len() + mode_index)
+            * PolicyResult::ALL.len()
+            + result_index;
+        self.series.policy_results[slot].get_or_init(|| {
+            self.policy_results
+                .get_or_create_owned(&PolicyResultLabels {
+                    webhook: webhook.as_str(),
+                    mode: mode.as_str(),
+                    result: result.as_str(),
+                })
+        })
     }
 
     /// Records a request the pipeline answered.
@@ -343,44 +433,10 @@ impl Metrics {
             summary.dry_run,
         );
         let mutated = summary.patch_operations > 0;
-        self.series.requests[slot.request(summary.allowed, mutated)]
-            .get_or_init(|| {
-                let DurationLabels {
-                    webhook,
-                    kind,
-                    operation,
-                    dry_run,
-                } = slot.labels();
-                self.requests.get_or_create_owned(&RequestLabels {
-                    webhook,
-                    kind,
-                    operation,
-                    allowed: summary.allowed,
-                    mutated,
-                    dry_run,
-                })
-            })
-            .inc();
+        self.request_series(slot, summary.allowed, mutated).inc();
         self.observe_slot(slot, seconds);
         if let (Some(mode), Some(result)) = (summary.mode, summary.result) {
-            let mode_index = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0);
-            let result_index = PolicyResult::ALL
-                .iter()
-                .position(|r| *r == result)
-                .unwrap_or(0);
-            let slot = (webhook_index(webhook) * Mode::ALL.len() + mode_index)
-                * PolicyResult::ALL.len()
-                + result_index;
-            self.series.policy_results[slot]
-                .get_or_init(|| {
-                    self.policy_results
-                        .get_or_create_owned(&PolicyResultLabels {
-                            webhook: webhook.as_str(),
-                            mode: mode.as_str(),
-                            result: result.as_str(),
-                        })
-                })
-                .inc();
+            self.policy_result(webhook, mode, result).inc();
         }
         if let (Some(counters), Some(resolved)) = (&self.cache_lookups, summary.model_cache) {
             counters.record(resolved);
@@ -412,9 +468,7 @@ impl Metrics {
     }
 
     fn observe_slot(&self, slot: DurationSlot, seconds: f64) {
-        self.series.duration[slot.0]
-            .get_or_init(|| self.duration.get_or_create_owned(&slot.labels()))
-            .observe(seconds);
+        self.duration_series(slot).observe(seconds);
     }
 
     pub fn error(&self, reason: &'static str) {
@@ -648,9 +702,106 @@ mod tests {
             assert!(text.lines().any(|l| l == want), "{want} missing in\n{text}");
         }
         assert!(
-            !text.contains(r#"mode="enforce""#),
-            "a series appears only once used"
+            !text.contains(r#"kind="CronJob""#),
+            "a kind's series appears at its first admission"
         );
+    }
+
+    /// The table of [`results_of`] is what the pipeline gives: every result of a pod to
+    /// patch, one to deny and one already compliant, through both webhooks in every mode.
+    #[test]
+    fn the_exported_policy_results_are_those_the_pipeline_gives() {
+        use crate::admission::{self, Context};
+        use crate::config::PolicyConfig;
+        use crate::namespaces::Namespaces;
+        use crate::policy::Caches;
+        let pod = |spec: serde_json::Value| {
+            serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u", "namespace": "team", "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "userInfo": {"username": "alice"},
+                    "object": {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": "p", "namespace": "team"}, "spec": spec},
+                }
+            })
+            .to_string()
+        };
+        let bodies = [
+            pod(serde_json::json!({"containers": [{"name": "c", "image": "x"}]})),
+            pod(serde_json::json!({"securityContext": {"runAsUser": 0},
+                                   "containers": [{"name": "c", "image": "x"}]})),
+            pod(serde_json::json!({
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
+                "containers": [{"name": "c", "image": "x"}]
+            })),
+        ];
+        let index = crate::cache::CacheIndex::new();
+        let mut given = std::collections::BTreeSet::new();
+        for mode in Mode::ALL {
+            let config = PolicyConfig {
+                default_mode: mode,
+                ..PolicyConfig::default()
+            };
+            let ctx = Context {
+                config: &config,
+                caches: Caches::Ready(&index),
+                namespaces: Namespaces::none(),
+            };
+            for webhook in WEBHOOKS {
+                for body in &bodies {
+                    let summary = admission::review(webhook, body.as_bytes(), &ctx).summary;
+                    assert_eq!(summary.mode, Some(mode), "{body}");
+                    let result = summary.result.expect("a judged pod has a result");
+                    given.insert((webhook.as_str(), mode.as_str(), result.as_str()));
+                }
+            }
+        }
+        let mut table = std::collections::BTreeSet::new();
+        for webhook in WEBHOOKS {
+            for mode in Mode::ALL {
+                for result in results_of(webhook, mode) {
+                    table.insert((webhook.as_str(), mode.as_str(), result.as_str()));
+                }
+            }
+        }
+        assert_eq!(given, table);
+
+        let text = Metrics::new().encode().unwrap();
+        let exported: std::collections::BTreeSet<_> = text
+            .lines()
+            .filter(|l| l.starts_with("modelgate_policy_results_total{"))
+            .map(str::to_string)
+            .collect();
+        let want: std::collections::BTreeSet<_> = table
+            .iter()
+            .map(|(webhook, mode, result)| {
+                format!(
+                    r#"modelgate_policy_results_total{{webhook="{webhook}",mode="{mode}",result="{result}"}} 0"#
+                )
+            })
+            .collect();
+        assert_eq!(exported, want);
+        for webhook in ["mutate", "validate"] {
+            let line = format!(
+                r#"modelgate_admission_duration_seconds_count{{webhook="{webhook}",kind="Pod",operation="CREATE",dry_run="false"}} 0"#
+            );
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        for (webhook, allowed, mutated) in [
+            ("mutate", true, true),
+            ("mutate", true, false),
+            ("mutate", false, false),
+            ("validate", true, false),
+            ("validate", false, false),
+        ] {
+            let line = format!(
+                r#"modelgate_admission_requests_total{{webhook="{webhook}",kind="Pod",operation="CREATE",allowed="{allowed}",mutated="{mutated}",dry_run="false"}} 0"#
+            );
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
     }
 
     #[test]

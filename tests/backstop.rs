@@ -304,7 +304,11 @@ struct Webhooks {
 impl Webhooks {
     fn new(cfg: PolicyConfig) -> Self {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
-        let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
+        let hits = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(hits.path(), serde_json::to_vec(&cache_hit_state()).unwrap()).unwrap();
+        let (index, _) =
+            modelgate::cache::load_files(&[dir.join("caches.json"), hits.path().into()])
+                .expect("caches");
         Webhooks {
             cfg,
             index,
@@ -550,6 +554,65 @@ fn configs() -> Vec<(&'static str, PolicyConfig)> {
 }
 
 /// Pods that exercise every branch of the prep and the security fields.
+/// The node counts of the generated cache hits: a model downloaded on 1, 2 and 50 nodes, each
+/// pinned by the hit's node affinity (SPEC.md §5).
+const HIT_NODES: [usize; 3] = [1, 2, 50];
+
+/// A cluster `LocalModelCache` `hf://org/model-N` per [`HIT_NODES`], downloaded on every node of
+/// its group `group-N`, with the PVC KServe makes in team-a: what a hit needs.
+fn cache_hit_state() -> Value {
+    let mut items = Vec::new();
+    for n in HIT_NODES {
+        let (group, pool) = (format!("group-{n}"), format!("pool-{n}"));
+        items.push(json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LocalModelNodeGroup",
+            "metadata": {"name": group},
+            "spec": {"storageLimit": "100Gi", "persistentVolumeSpec": {"capacity": {"storage": "100Gi"},
+                "local": {"path": "/models"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "pool", "operator": "In", "values": [pool]}]}]}}}}}));
+        let mut status = serde_json::Map::new();
+        for i in 0..n {
+            let node = format!("{pool}-node-{i}");
+            items.push(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {"pool": pool, "kubernetes.io/hostname": node}}}));
+            status.insert(node, json!("NodeDownloaded"));
+        }
+        let cache = format!("model-{n}");
+        items.push(json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LocalModelCache",
+            "metadata": {"name": cache},
+            "spec": {"sourceModelUri": format!("hf://org/model-{n}"), "modelSize": "10Gi", "nodeGroups": [group]},
+            "status": {"nodeStatus": status}}));
+        items.push(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("{cache}-{group}"), "namespace": "team-a"},
+            "spec": {"accessModes": ["ReadOnlyMany"]}, "status": {"phase": "Bound"}}));
+    }
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// Pods whose model URI hits a cache of [`cache_hit_state`]: the patch adds the model volume,
+/// its read-only mounts and the node affinity to the hit's nodes.
+fn cache_hit_pods() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for n in HIT_NODES {
+        for (what, sc) in [
+            ("plain", Value::Null),
+            ("pod nonroot", json!({"runAsNonRoot": true})),
+        ] {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("hit-{n}"), "namespace": "team-a",
+                    "annotations": {"modelgate.io/model-uri": format!("hf://org/model-{n}/weights")}},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0",
+                    "volumeMounts": [{"name": "model-cache", "mountPath": "/models"}]}],
+                    "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "scratch"}}]}});
+            if !sc.is_null() {
+                pod["spec"]["securityContext"] = sc;
+            }
+            out.push((format!("cache hit on {n} nodes, {what}"), pod));
+        }
+    }
+    out
+}
+
 fn generated_pods() -> Vec<(String, Value)> {
     let pvc = json!({"name": "model-cache", "persistentVolumeClaim": {"claimName": "models"}});
     let mut out = Vec::new();
@@ -758,10 +821,39 @@ fn every_expression_compiles_with_kube_cel() {
     }
 }
 
+/// The generated cache hits are hits, pinned to every node that has the model: the
+/// differential below judges the patched pods a hit makes, not misses.
+#[test]
+fn the_generated_cache_hits_are_routed() {
+    let hooks = Webhooks::new(PolicyConfig::default());
+    for (label, pod) in cache_hit_pods() {
+        let mutate = hooks.call(Webhook::Mutate, &create_review("uid", &pod, "team-a"));
+        let patched = mutate.patched(&pod);
+        let n = pod["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("hit-");
+        assert_eq!(
+            patched["metadata"]["annotations"]["modelgate.io/model-cache"],
+            format!("cluster/model-{n}"),
+            "{label}"
+        );
+        let pinned = patched
+            .to_string()
+            .matches(&format!("pool-{n}-node-"))
+            .count();
+        assert!(
+            pinned >= n.parse::<usize>().unwrap(),
+            "{label}: {pinned} nodes pinned"
+        );
+    }
+}
+
 #[test]
 fn the_corpus_and_generated_pods_agree_with_the_webhooks() {
     let corpus = corpus_objects();
-    let generated = generated_pods();
+    let mut generated = generated_pods();
+    generated.extend(cache_hit_pods());
     let mut failures = Vec::new();
     let mut judged = 0;
     let mut seen = Coverage::default();

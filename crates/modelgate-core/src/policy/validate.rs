@@ -78,6 +78,9 @@ const PREP_ADVICE: &str =
 pub enum Checks {
     RangesOnly,
     All,
+    /// A partial template (SPEC.md §12): only what its fields say — the ranges, and a
+    /// `runAsNonRoot: false` it writes. What it leaves out is filled in elsewhere.
+    Present,
 }
 
 /// Checks one id; the object's `sc` (a security context's path, built only for a violation) and
@@ -151,6 +154,14 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
             GID_ADVICE,
         );
         check_range(&mut out, (&pod_sc, "fsGroup"), sc.fs_group, 0, GID_ADVICE);
+        if checks == Checks::Present && sc.run_as_non_root == Some(false) {
+            out.push(Violation {
+                rule: Rule::NonRoot,
+                field: pod_sc().key("runAsNonRoot").to_string(),
+                problem: "false is not allowed".into(),
+                advice: NONROOT_ADVICE,
+            });
+        }
     }
 
     let managed = cache_prep::is_managed(w, cfg);
@@ -177,7 +188,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
             match checks {
                 // The mutation replaces a prep container it owns; it is judged after that.
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
-                Checks::RangesOnly => {}
+                Checks::RangesOnly | Checks::Present => {}
                 Checks::All => {
                     if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
@@ -209,8 +220,19 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 GID_ADVICE,
             );
         }
-        if checks == Checks::All {
-            check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
+        match checks {
+            Checks::All => check_non_root(&mut out, &sc_path, c.security_context, pod_non_root),
+            Checks::Present
+                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) =>
+            {
+                out.push(Violation {
+                    rule: Rule::NonRoot,
+                    field: sc_path().key("runAsNonRoot").to_string(),
+                    problem: "false is not allowed".into(),
+                    advice: NONROOT_ADVICE,
+                });
+            }
+            _ => {}
         }
     }
     if out.is_empty() {

@@ -371,6 +371,32 @@ fn entry(item: serde_json::Value, origin: &str, n: usize) -> Result<KindEntry, T
     })
 }
 
+/// Words CEL reserves: a field of one of these names cannot be selected by the chart's
+/// `matchConditions` as written.
+const CEL_RESERVED: [&str; 21] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
 /// `spec.workerGroupSpecs[*].template` → its steps. Keys are field names (letters, digits,
 /// `_`, not starting with a digit), as Kubernetes API fields are and as CEL selects them.
 pub(super) fn parse_path(path: &str) -> Result<Vec<Step>, String> {
@@ -399,6 +425,12 @@ pub(super) fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                 "`{path}`: `{segment}` is not a field name (letters, digits and `_`), \
                  a field name followed by `[*]` (every element of a list) or `*` (every \
                  value of a map)"
+            ));
+        }
+        if CEL_RESERVED.contains(&key) {
+            return Err(format!(
+                "`{path}`: `{key}` is a CEL reserved word, which the webhook's conditions \
+                 cannot select"
             ));
         }
         steps.push(Step::Key(key.to_string()));

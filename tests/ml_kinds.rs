@@ -1,0 +1,391 @@
+//! SPEC.md §12 end to end: the ML workload custom resources of `tests/fixtures/ml-kinds` (one or
+//! more objects of every default kind of the workload-kind table, each saying the answer it must
+//! get in its `modelgate.test/expect` annotation) through the webhook pipeline in process and
+//! through `modelgate review`; `--workload-kinds` adding a kind and refusing a malformed entry;
+//! `audit --from-cluster` listing only the kinds the cluster serves.
+
+#[path = "support/audit.rs"]
+mod audit_support;
+#[path = "common/cli.rs"]
+mod cli;
+mod support;
+
+use std::path::PathBuf;
+
+use cli::{assert_exit, fixture, modelgate_env, review};
+use modelgate::admission::{Context, Webhook};
+use modelgate::cache::CacheIndex;
+use modelgate::config::PolicyConfig;
+use modelgate::documents::read_documents;
+use modelgate_core::testing::{self, Answer, create_review};
+use serde_json::{Value, json};
+use support::fake_apiserver::FakeApiServer;
+
+const EXPECT: &str = "modelgate.test/expect";
+
+/// What an object must get, as its annotation says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    Allowed,
+    /// Denied, naming this field.
+    Denied(String),
+    /// Allowed with a warning naming this field (a partial template).
+    Warned(String),
+}
+
+fn expectation(object: &Value) -> Expect {
+    let text = object["metadata"]["annotations"][EXPECT]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {EXPECT}: {object}"));
+    match text.split_once(' ') {
+        None if text == "allowed" => Expect::Allowed,
+        Some(("denied", path)) => Expect::Denied(path.to_string()),
+        Some(("warned", path)) => Expect::Warned(path.to_string()),
+        _ => panic!("{EXPECT}: {text}"),
+    }
+}
+
+fn fixture_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(fixture("ml-kinds"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every fixture object: (file, object).
+fn fixtures() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for path in fixture_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        for d in read_documents(&name, &text).unwrap() {
+            out.push((name.clone(), d.value));
+        }
+    }
+    out
+}
+
+fn call(webhook: Webhook, review: &Value, cfg: &PolicyConfig) -> Answer {
+    let index = CacheIndex::new();
+    let ctx: Context = testing::context(cfg, &index);
+    testing::review(webhook, review, &ctx)
+}
+
+fn check(label: &str, expect: &Expect, validated: &Answer, mutated: &Answer) {
+    // Never patched, and the mutating webhook (not registered for these kinds) says nothing.
+    assert!(mutated.allowed && mutated.ops.is_none(), "{label}: /mutate");
+    assert!(
+        mutated.warnings.is_empty(),
+        "{label}: {:?}",
+        mutated.warnings
+    );
+    assert!(validated.ops.is_none(), "{label}: /validate patched");
+    match expect {
+        Expect::Allowed => {
+            assert!(validated.allowed, "{label}: {}", validated.message);
+            assert!(
+                validated.warnings.is_empty(),
+                "{label}: {:?}",
+                validated.warnings
+            );
+        }
+        Expect::Denied(path) => {
+            assert!(!validated.allowed, "{label}: allowed");
+            assert!(
+                validated.message.starts_with(&format!("{path}: "))
+                    || validated.message.contains(&format!("; {path}: ")),
+                "{label}: the denial does not name {path}: {}",
+                validated.message
+            );
+        }
+        Expect::Warned(path) => {
+            assert!(validated.allowed, "{label}: {}", validated.message);
+            assert!(
+                validated
+                    .warnings
+                    .iter()
+                    .any(|w| w.starts_with(&format!("{path}: "))
+                        && w.contains("(a partial template")),
+                "{label}: no warning names {path}: {:?}",
+                validated.warnings
+            );
+        }
+    }
+}
+
+/// Every default kind is in the fixtures, with at least one object allowed and one denied (or
+/// warned, for a partial kind), so a kind cannot drop out of the table unnoticed.
+#[test]
+fn the_fixtures_cover_every_default_kind() {
+    let table = modelgate::admission::WorkloadKinds::defaults();
+    let objects = fixtures();
+    for row in table.entries().iter().skip(6) {
+        let of_kind: Vec<Expect> = objects
+            .iter()
+            .filter(|(_, o)| {
+                table.find_api_version(
+                    o["apiVersion"].as_str().unwrap(),
+                    o["kind"].as_str().unwrap(),
+                ) == Some(row)
+            })
+            .map(|(_, o)| expectation(o))
+            .collect();
+        assert!(!of_kind.is_empty(), "no fixture of {}", row.display());
+    }
+    for want in [
+        "RayCluster",
+        "PyTorchJob",
+        "LeaderWorkerSet",
+        "InferenceService",
+    ] {
+        let kinds: Vec<Expect> = objects
+            .iter()
+            .filter(|(_, o)| o["kind"] == want)
+            .map(|(_, o)| expectation(o))
+            .collect();
+        assert!(kinds.contains(&Expect::Allowed), "{want}: {kinds:?}");
+        assert!(
+            kinds.iter().any(|e| !matches!(e, Expect::Allowed)),
+            "{want}: {kinds:?}"
+        );
+    }
+}
+
+/// Through `modelgate_core::admission::review`, as `serve` answers: CREATE judged as each
+/// template's pods will be, every finding named by its own path; an UPDATE that leaves every
+/// template as it was is allowed untouched, one that changes a template judged again.
+#[test]
+fn each_fixture_gets_its_answer_from_the_webhook_pipeline() {
+    let cfg = PolicyConfig::default();
+    for (file, object) in fixtures() {
+        let label = format!("{file} {} {}", object["kind"], object["metadata"]["name"]);
+        let expect = expectation(&object);
+        let review = create_review("u", &object, "default");
+        let validated = call(Webhook::Validate, &review, &cfg);
+        let mutated = call(Webhook::Mutate, &review, &cfg);
+        check(&label, &expect, &validated, &mutated);
+
+        // A label on the resource itself: no template changed, nothing judged.
+        let mut update = review.clone();
+        let mut changed = object.clone();
+        changed["metadata"]["labels"] = json!({"team": "b"});
+        update["request"]["operation"] = json!("UPDATE");
+        update["request"]["object"] = changed;
+        update["request"]["oldObject"] = object.clone();
+        let answer = call(Webhook::Validate, &update, &cfg);
+        assert!(answer.allowed, "{label}: an unchanged UPDATE was judged");
+        assert!(answer.warnings.is_empty(), "{label}: {:?}", answer.warnings);
+
+        // Against an old object without templates, every template is new: judged as on CREATE.
+        let mut old = object.clone();
+        old["spec"] = json!({});
+        update["request"]["object"] = object.clone();
+        update["request"]["oldObject"] = old;
+        let answer = call(Webhook::Validate, &update, &cfg);
+        check(&format!("{label} (UPDATE)"), &expect, &answer, &mutated);
+    }
+}
+
+/// The same objects through the real binary: one line each, exit 1 (some are denied).
+#[test]
+fn review_judges_every_fixture() {
+    let files: Vec<String> = fixture_files()
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let args: Vec<&str> = files.iter().map(String::as_str).collect();
+    let run = review(&args);
+    assert_exit(&run, 1);
+    let output = format!("{}{}", run.stdout, run.stderr);
+    for (_, object) in fixtures() {
+        // A cluster-scoped object is reviewed in the default namespace.
+        let who = format!(
+            "{} {}/{}",
+            object["kind"].as_str().unwrap(),
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default"),
+            object["metadata"]["name"].as_str().unwrap()
+        );
+        let line = output
+            .lines()
+            .find(|l| l.contains(&format!(": {who}: ")))
+            .unwrap_or_else(|| panic!("no line for {who}:\n{output}"));
+        match expectation(&object) {
+            Expect::Allowed => assert!(
+                line.contains(&format!("{who}: allowed, 0 patch operations"))
+                    && !line.contains("warnings"),
+                "{line}"
+            ),
+            Expect::Denied(path) => assert!(
+                line.contains(&format!("{who}: denied: ")) && line.contains(&format!("{path}: ")),
+                "{line}"
+            ),
+            Expect::Warned(path) => assert!(
+                line.contains(&format!("{who}: allowed")) && line.contains(&format!("{path}: ")),
+                "{line}"
+            ),
+        }
+    }
+}
+
+const CLONESET: &str = "
+- group: apps.kruise.io
+  versions: [v1alpha1]
+  kind: CloneSet
+  plural: clonesets
+  templates:
+    - path: spec.template
+";
+
+/// A kind added by `--workload-kinds` (an OpenKruise CloneSet) is judged like a Deployment;
+/// without the file it is a kind modelgate does not handle.
+#[test]
+fn a_kind_added_by_workload_kinds_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let kinds = dir.path().join("kinds.yaml");
+    std::fs::write(&kinds, CLONESET).unwrap();
+    let object = dir.path().join("cloneset.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: CloneSet\nmetadata: {name: web, namespace: a}\n\
+         spec:\n  replicas: 2\n  template:\n    spec:\n      containers:\n      - name: web\n        \
+         image: nginx\n        securityContext: {runAsUser: 0}\n",
+    )
+    .unwrap();
+    let (kinds, object) = (kinds.to_str().unwrap(), object.to_str().unwrap());
+    let run = review(&["--workload-kinds", kinds, object]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stdout
+            .contains("spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside"),
+        "{}",
+        run.stdout
+    );
+    let run = modelgate_env(
+        &["review", object],
+        &[("MODELGATE_WORKLOAD_KINDS", kinds)],
+        None,
+    );
+    assert_exit(&run, 1);
+    let run = review(&[object]);
+    assert_exit(&run, 0);
+    assert!(run.stdout.contains("does not handle"), "{}", run.stdout);
+}
+
+/// A malformed entry stops `serve`, `review` and `audit` before anything else (exit 2), the
+/// message naming the file, the entry and the field.
+#[test]
+fn a_malformed_workload_kind_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = "- group: g.io\n  versions: [v1]\n  kind: K\n  plural: ks\n";
+    let cases = [
+        (
+            format!("{entry}  templates: [{{path: spec.template, shape: Pod}}]"),
+            "entry 1 (g.io/K): templates[0].shape: unknown variant `Pod`",
+        ),
+        (
+            format!("{CLONESET}{entry}  templates: [{{path: \"spec.tasks[0].template\"}}]"),
+            "entry 2 (g.io/K): templates[0].path: `spec.tasks[0].template`",
+        ),
+        (
+            entry.to_string(),
+            "entry 1 (g.io/K): templates: no template path",
+        ),
+        (
+            format!("{entry}  templates: [{{path: spec.template, completeness: total}}]"),
+            "entry 1 (g.io/K): templates[0].completeness: unknown variant `total`",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().unwrap();
+        for args in [
+            vec!["review", "--workload-kinds", path, "-"],
+            vec!["audit", "--workload-kinds", path, "-"],
+            vec!["serve", "--workload-kinds", path],
+        ] {
+            let run = modelgate_env(&args, &[], Some(""));
+            assert_exit(&run, 2);
+            assert!(
+                run.stderr.contains("--workload-kinds") && run.stderr.contains(path),
+                "{args:?}: {}",
+                run.stderr
+            );
+            assert!(run.stderr.contains(want), "{args:?}: {}", run.stderr);
+        }
+    }
+}
+
+/// `audit --from-cluster` lists the kinds the cluster's discovery serves, names the others in
+/// one line, and reports scope the custom resource itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_from_cluster_lists_only_the_kinds_the_cluster_serves() {
+    let api = FakeApiServer::start(&[]).await;
+    api.serve_workload_kind("rayclusters");
+    for (_, object) in fixtures() {
+        if object["kind"] == "RayCluster" {
+            api.add_workload("rayclusters", object);
+        }
+    }
+    let run = audit_support::audit_cluster(&api, &["-o", "json"]).await;
+    assert_exit(&run, 1);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let skipped: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|n| n.starts_with("kinds this cluster does not serve, skipped: "))
+        .collect();
+    assert_eq!(skipped.len(), 1, "{}", report["notes"]);
+    assert!(
+        skipped[0].contains("leaderworkerset.x-k8s.io/LeaderWorkerSet")
+            && skipped[0].contains("serving.kserve.io/InferenceService")
+            && !skipped[0].contains("RayCluster")
+            && !skipped[0].contains("apps/Deployment"),
+        "{}",
+        skipped[0]
+    );
+    assert_eq!(report["objects"], 2, "{report}");
+    let denials = report["denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 1, "{report}");
+    assert_eq!(denials[0]["kind"], "RayCluster");
+    assert!(
+        denials[0]["message"].as_str().unwrap().contains(
+            "spec.workerGroupSpecs[1].template.spec.containers[0].securityContext.runAsUser: 0"
+        ),
+        "{}",
+        denials[0]
+    );
+    assert!(
+        api.workload_lists()
+            .iter()
+            .all(|l| l.plural != "leaderworkersets"),
+        "an unserved kind was listed"
+    );
+    assert!(
+        api.discovery_requests()
+            .iter()
+            .any(|p| p == "/apis/ray.io/v1")
+    );
+
+    // The report is about the RayCluster itself, not a pod of it.
+    let run = audit_support::audit_cluster(&api, &["-o", "openreports"]).await;
+    let reports = read_documents("reports", &run.stdout).unwrap();
+    let ray: Vec<&Value> = reports
+        .iter()
+        .map(|d| &d.value)
+        .filter(|r| r["scope"]["kind"] == "RayCluster")
+        .collect();
+    assert_eq!(ray.len(), 2, "{}", run.stdout);
+    for r in ray {
+        assert_eq!(r["scope"]["apiVersion"], "ray.io/v1");
+        assert_eq!(r["metadata"]["namespace"], "team-a");
+    }
+}

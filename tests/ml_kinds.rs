@@ -389,3 +389,105 @@ async fn audit_from_cluster_lists_only_the_kinds_the_cluster_serves() {
         assert_eq!(r["metadata"]["namespace"], "team-a");
     }
 }
+
+/// The real server (`serve --dev`, with a `--workload-kinds` file) answers the API server's
+/// reviews of these kinds as the pipeline does: a RayCluster whose second worker group runs as
+/// root denied naming that path, a partial InferenceService warned, a kind of the file judged.
+#[test]
+fn the_server_judges_these_kinds_over_https() {
+    use std::io::{BufRead, BufReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let kinds = dir.path().join("kinds.yaml");
+    std::fs::write(&kinds, CLONESET).unwrap();
+    let mut cmd = cli::command(&[
+        "serve",
+        "--dev",
+        "--workload-kinds",
+        kinds.to_str().unwrap(),
+    ]);
+    cmd.current_dir(dir.path())
+        .env("MODELGATE_LISTEN", "127.0.0.1:0")
+        .env("MODELGATE_PROBE_LISTEN", "127.0.0.1:0")
+        .env("MODELGATE_SHUTDOWN_GRACE", "1s")
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let child = Kill(child);
+    // Read on to the end, so that the server never writes into a closed pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("serving ").nth(1) {
+                let _ = tx.send(rest.split_whitespace().next().map(str::to_string));
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .ok()
+        .flatten();
+    let url = url.expect("serve --dev prints where it serves");
+    let send = |name: &str, review: &Value| -> Value {
+        let body = dir.path().join(format!("{name}.json"));
+        std::fs::write(&body, review.to_string()).unwrap();
+        let out = std::process::Command::new("curl")
+            .current_dir(dir.path())
+            .args(["-sS", "--fail-with-body", "--cacert", "certs/ca.crt"])
+            .args(["-H", "Content-Type: application/json", "--data-binary"])
+            .arg(format!("@{}", body.display()))
+            .arg(format!("{url}/validate"))
+            .output()
+            .expect("curl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["response"].clone()
+    };
+    let object = |name: &str| {
+        fixtures()
+            .into_iter()
+            .map(|(_, o)| o)
+            .find(|o| o["metadata"]["name"] == name)
+            .unwrap()
+    };
+    let ray = send(
+        "ray",
+        &create_review("u-ray", &object("raycluster-root-worker"), "default"),
+    );
+    assert_eq!(ray["allowed"], false, "{ray}");
+    assert!(
+        ray["status"]["message"].as_str().unwrap().starts_with(
+            "spec.workerGroupSpecs[1].template.spec.containers[0].securityContext.runAsUser: 0"
+        ),
+        "{ray}"
+    );
+    assert!(ray.get("patch").is_none(), "{ray}");
+    let isvc = send(
+        "isvc",
+        &create_review("u-isvc", &object("sklearn-iris-root"), "default"),
+    );
+    assert_eq!(isvc["allowed"], true, "{isvc}");
+    assert!(
+        isvc["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.predictor.containers[0].securityContext.runAsUser: 0"),
+        "{isvc}"
+    );
+    let clone = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "metadata": {"name": "web", "namespace": "a"},
+        "spec": {"template": {"spec": {"securityContext": {"runAsUser": 0}, "containers": [{"name": "c", "image": "x"}]}}}});
+    let clone = send("clone", &create_review("u-clone", &clone, "default"));
+    assert_eq!(clone["allowed"], false, "{clone}");
+    drop(child);
+}

@@ -491,3 +491,145 @@ fn the_server_judges_these_kinds_over_https() {
     assert_eq!(clone["allowed"], false, "{clone}");
     drop(child);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Property: a complete template is judged as the pod its controller makes from it.
+// ---------------------------------------------------------------------------------------------
+
+use proptest::prelude::*;
+
+fn id() -> impl Strategy<Value = Option<i64>> {
+    prop_oneof![3 => Just(None), 1 => Just(Some(-1)), 2 => Just(Some(0)), 2 => Just(Some(1000)), 1 => Just(Some(2147483648))]
+}
+
+fn non_root() -> impl Strategy<Value = Option<bool>> {
+    prop_oneof![3 => Just(None), 1 => Just(Some(true)), 1 => Just(Some(false))]
+}
+
+fn security_context() -> impl Strategy<Value = Option<Value>> {
+    (any::<bool>(), id(), id(), non_root()).prop_map(|(present, uid, gid, non_root)| {
+        present.then(|| {
+            let mut sc = serde_json::Map::new();
+            for (key, value) in [
+                ("runAsUser", uid.map(Value::from)),
+                ("runAsGroup", gid.map(Value::from)),
+                ("runAsNonRoot", non_root.map(Value::from)),
+            ] {
+                if let Some(v) = value {
+                    sc.insert(key.into(), v);
+                }
+            }
+            Value::Object(sc)
+        })
+    })
+}
+
+/// A pod spec: a pod security context and one to three containers, each perhaps with its own.
+fn pod_spec() -> impl Strategy<Value = Value> {
+    (
+        security_context(),
+        prop::collection::vec(security_context(), 1..4),
+    )
+        .prop_map(|(pod, cs)| {
+            let containers: Vec<Value> = cs
+                .into_iter()
+                .enumerate()
+                .map(|(i, sc)| {
+                    let mut c = json!({"name": format!("c{i}"), "image": "registry.example/app:1"});
+                    if let Some(sc) = sc {
+                        c["securityContext"] = sc;
+                    }
+                    c
+                })
+                .collect();
+            let mut spec = json!({"containers": containers});
+            if let Some(sc) = pod {
+                spec["securityContext"] = sc;
+            }
+            spec
+        })
+}
+
+/// The allowed fixtures of kinds whose templates are all complete: the skeletons a generated
+/// pod spec is put into.
+fn skeletons() -> Vec<Value> {
+    let table = modelgate::admission::WorkloadKinds::defaults();
+    fixtures()
+        .into_iter()
+        .map(|(_, o)| o)
+        .filter(|o| expectation(o) == Expect::Allowed)
+        .filter(|o| {
+            table
+                .find_api_version(
+                    o["apiVersion"].as_str().unwrap(),
+                    o["kind"].as_str().unwrap(),
+                )
+                .is_some_and(|row| !row.is_partial())
+        })
+        .collect()
+}
+
+/// `message` with each field of the pod's spec (`spec.…` at the start of a violation) renamed
+/// to the template's (`<template>.spec.…`).
+fn in_template_terms(message: &str, template: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in message.split("; ").enumerate() {
+        if i > 0 {
+            out.push_str("; ");
+        }
+        match part.strip_prefix("spec.") {
+            Some(rest) => out.push_str(&format!("{template}.spec.{rest}")),
+            None => out.push_str(part),
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// For every complete kind and any template of it, `/validate` of the object gives what
+    /// `/mutate` then `/validate` give the Pod made from that template, in the same namespace:
+    /// allowed alike, and denied with the same violations, named by the template's path.
+    #[test]
+    fn a_complete_template_is_judged_as_its_pod(
+        which in 0usize..64,
+        position in 0usize..64,
+        spec in pod_spec(),
+    ) {
+        let cfg = PolicyConfig::default();
+        let table = modelgate::admission::WorkloadKinds::defaults();
+        let skeletons = skeletons();
+        let mut object = skeletons[which % skeletons.len()].clone();
+        let row = table
+            .find_api_version(object["apiVersion"].as_str().unwrap(), object["kind"].as_str().unwrap())
+            .unwrap()
+            .clone();
+        let text = object.to_string();
+        let templates = modelgate::admission::templates_of(&row, &text).unwrap();
+        let at = &templates[position % templates.len()];
+        let (path, pointer) = (at.path.clone(), at.pointer.clone());
+        object.pointer_mut(&pointer).unwrap()["spec"] = spec.clone();
+        let template = object.pointer(&pointer).unwrap().clone();
+
+        let validated = call(Webhook::Validate, &create_review("u", &object, "default"), &cfg);
+
+        let mut metadata = template.get("metadata").cloned().unwrap_or(json!({}));
+        metadata["namespace"] = object["metadata"]["namespace"].clone();
+        metadata["generateName"] = json!("pod-");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec});
+        let review = create_review("p", &pod, "default");
+        let mutated = call(Webhook::Mutate, &review, &cfg);
+        let pods = if mutated.allowed {
+            let mut patched_review = review.clone();
+            patched_review["request"]["object"] = mutated.patched(&pod);
+            call(Webhook::Validate, &patched_review, &cfg)
+        } else {
+            mutated
+        };
+        prop_assert_eq!(validated.allowed, pods.allowed, "{} at {}: {} / {}", object["kind"], path, validated.message, pods.message);
+        if !pods.allowed {
+            prop_assert_eq!(&validated.message, &in_template_terms(&pods.message, &path));
+        }
+    }
+}

@@ -670,7 +670,13 @@ impl Report {
 
     /// Counts one evaluated object.
     pub fn add(&mut self, target: &Target, origin: &str, e: Evaluation) {
-        if let Some(workloads) = self.workloads.as_mut() {
+        // Reports are namespaced: a cluster-scoped workload (a ClusterTrainingRuntime) is
+        // counted and listed, but gets none.
+        if let Some(workloads) = self
+            .workloads
+            .as_mut()
+            .filter(|_| !target.namespace.is_empty())
+        {
             workloads.push(WorkloadResults {
                 scope: Scope {
                     api_version: target.api_version.clone(),

@@ -443,3 +443,32 @@ fn each_rule_gets_one_result_fail_warn_pass_or_skip() {
         "miss"
     );
 }
+
+/// A cluster-scoped kind of the table has no namespace, whatever the default: it is counted
+/// (under the empty namespace) and gets no policy report, which is namespaced.
+#[test]
+fn a_cluster_scoped_workload_is_counted_without_a_report() {
+    let runtime = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch"},
+        "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+            "template": {"spec": {"containers": [root_container()]}}}}}]}}}
+    });
+    let t = target(runtime);
+    assert_eq!(t.namespace, "");
+    let none = Namespaces::default();
+    let e = with_ctx(&none, |ctx| evaluate(&t, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    assert!(
+        e.message.as_deref().unwrap().starts_with(
+            "spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0]\
+             .securityContext.runAsUser: 0"
+        ),
+        "{:?}",
+        e.message
+    );
+    let mut report = Report::new("files", false).keeping_results();
+    report.add(&t, "f", e);
+    assert_eq!(report.objects, 1);
+    assert!(report.workloads.unwrap().is_empty());
+}

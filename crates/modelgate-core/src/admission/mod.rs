@@ -553,3 +553,6 @@ mod mode_tests;
 
 #[cfg(test)]
 mod controller_tests;
+
+#[cfg(test)]
+mod template_tests;

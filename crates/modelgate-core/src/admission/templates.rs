@@ -373,7 +373,14 @@ pub(super) fn decide(
         let (verdict, warnings) = match findings {
             Err(denial) => (Err(denial), Vec::new()),
             Ok(f) => {
-                let mut warnings = f.miss_warnings;
+                // One warning per miss: templates of one object that name the same model (a
+                // head and its workers) would all say the same.
+                let mut warnings: Vec<String> = Vec::new();
+                for w in f.miss_warnings {
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
                 warnings.extend(f.partial.iter().map(partial_warning));
                 let verdict = if f.violations.is_empty() {
                     Ok(Mutation::default())

@@ -1,7 +1,8 @@
 //! `modelgate audit`: "what would change if I enforce?", answered for the workloads that exist,
 //! from files or from the cluster (SPEC.md §10). Exit codes as `review`: 0 every object would
 //! be allowed, 1 at least one would be denied, 2 bad input, flags, or a cluster that could not
-//! be read completely.
+//! be read completely; under `--write-reports`, 0 once every report is written (1 for a denial
+//! only with `--fail-on-findings`), 2 when a call was refused.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -70,15 +71,17 @@ not write"
 )]
 pub struct AuditArgs {
     /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
-    /// stdin; a directory's .yaml, .yml and .json files). Pods,
-    /// Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and ReplicaSets are evaluated;
-    /// Namespaces give their Pod Security labels; other objects are skipped.
+    /// stdin; a directory's .yaml, .yml and .json files). Pods, Jobs and the kinds of the
+    /// workload-kind table (Deployments, StatefulSets, DaemonSets, ReplicaSets,
+    /// ReplicationControllers, CronJobs, the ML custom resources, --workload-kinds) are
+    /// evaluated; Namespaces give their Pod Security labels; other objects are skipped.
     #[arg(value_name = "FILE|-")]
     pub inputs: Vec<PathBuf>,
 
     /// Audit the cluster of the current kubeconfig context instead, with list calls only: the
-    /// workloads, the model caches, PVCs and Nodes, and the Namespaces' Pod Security labels
-    /// (--caches objects and Namespaces replace the cluster's of the same kind and name).
+    /// workloads (of the kinds the cluster serves; one note names the others), the model
+    /// caches, PVCs and Nodes, and the Namespaces' Pod Security labels (--caches objects and
+    /// Namespaces replace the cluster's of the same kind and name).
     #[arg(long, env = "MODELGATE_FROM_CLUSTER")]
     pub from_cluster: bool,
 

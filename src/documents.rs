@@ -124,34 +124,63 @@ pub fn for_each_document<E: From<DocumentError>>(
     }
     let docs = split_yaml(text);
     let several = docs.len() > 1;
-    for (i, (first_line, range)) in docs.into_iter().enumerate() {
-        if !wanted(&range) {
-            continue;
-        }
-        let value = match read_yaml(&text[range.clone()]) {
-            Ok(v) => v,
-            Err(e) => {
-                return Err(match json_error {
-                    Some(json) if !has_document_marker(text) => json,
-                    _ => yaml_error(origin, i + 1, first_line, &e),
+    // The YAML is parsed on a thread of its own with a stack for [`MAX_DEPTH`] levels of
+    // recursion whatever the caller's thread has (a test thread or a runtime worker has 2 MiB;
+    // an unoptimised build spends several KiB a level), handing each document over as it is
+    // read, so that a large stream is still never held whole.
+    std::thread::scope(|scope| {
+        let (parsed_tx, parsed) = std::sync::mpsc::sync_channel(4);
+        let parser = std::thread::Builder::new()
+            .name("yaml-reader".into())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(scope, move || {
+                for (i, (first_line, range)) in docs.into_iter().enumerate() {
+                    if !wanted(&range) {
+                        continue;
+                    }
+                    let value = read_yaml(&text[range.clone()]);
+                    if parsed_tx.send((i, first_line, range, value)).is_err() {
+                        break; // The caller stopped at an error of its own.
+                    }
                 }
-                .into());
+            });
+        if let Err(e) = parser {
+            return Err(DocumentError::Yaml {
+                origin: origin.to_string(),
+                message: format!("cannot start the YAML reader: {e}"),
             }
-        };
-        if value.is_null() {
-            continue;
+            .into());
         }
-        emit(
-            origin,
-            several,
-            i + 1,
-            value,
-            source(range, first_line),
-            &mut f,
-        )?;
-    }
-    Ok(())
+        for (i, first_line, range, value) in parsed {
+            let value = match value {
+                Ok(v) => v,
+                Err(e) => {
+                    return Err(match json_error {
+                        Some(json) if !has_document_marker(text) => json,
+                        _ => yaml_error(origin, i + 1, first_line, &e),
+                    }
+                    .into());
+                }
+            };
+            if value.is_null() {
+                continue;
+            }
+            emit(
+                origin,
+                several,
+                i + 1,
+                value,
+                source(range, first_line),
+                &mut f,
+            )?;
+        }
+        Ok(())
+    })
 }
+
+/// The YAML reader's stack: [`MAX_DEPTH`] levels of an unoptimised build with room to spare
+/// (address space; only what a document's depth touches is ever mapped).
+const PARSER_STACK_BYTES: usize = 64 << 20;
 
 /// Hands one document's objects to `f`: the object, or the items of a List.
 fn emit<E: From<DocumentError>>(
@@ -700,21 +729,17 @@ mod tests {
 
     #[test]
     fn nesting_is_read_to_the_depth_every_later_step_reads_and_refused_beyond_with_its_line() {
-        // On a stack the size of the main thread's, where the commands read their files (a test
-        // thread has 2 MiB; an unoptimised build spends several KiB a level).
-        let reader = std::thread::Builder::new().stack_size(8 << 20).spawn(|| {
-            // The root mapping, `x` and the nested levels: `MAX_DEPTH` in all.
-            assert!(read_documents("deep.yaml", &nested(MAX_DEPTH - 2)).is_ok());
-            let err = read_documents("deep.yaml", &nested(MAX_DEPTH - 1))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.starts_with("deep.yaml#1: not valid YAML: line "),
-                "{err}"
-            );
-            assert!(err.contains("Depth"), "{err}");
-        });
-        reader.unwrap().join().unwrap();
+        // On the test's own 2 MiB thread: the reader has a stack of its own.
+        // The root mapping, `x` and the nested levels: `MAX_DEPTH` in all.
+        assert!(read_documents("deep.yaml", &nested(MAX_DEPTH - 2)).is_ok());
+        let err = read_documents("deep.yaml", &nested(MAX_DEPTH - 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("deep.yaml#1: not valid YAML: line "),
+            "{err}"
+        );
+        assert!(err.contains("Depth"), "{err}");
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
 //! - [`cli`]: the commands and their flags (the policy flags convert into the core's config).
 
-pub use modelgate_core::{admission, config, policy};
+pub use modelgate_core::{admission, backstop, config, policy};
 
 pub mod audit;
 pub mod cache;

@@ -1,8 +1,10 @@
-//! The command line: `modelgate review`, `modelgate serve`, `modelgate certs`.
+//! The command line: `modelgate review`, `modelgate serve`, `modelgate certs`, `modelgate
+//! backstop`.
 //!
 //! Invalid flags end the program with exit code 2 and a one-line error, before anything runs.
 
 pub mod audit;
+pub mod backstop;
 pub mod certs;
 pub mod policy;
 pub mod review;
@@ -43,6 +45,9 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
     Certs(certs::CertsArgs),
+    /// Print the ValidatingAdmissionPolicy and binding that hold the policy inside the API
+    /// server while the webhook does not answer (for `kubectl apply -f -`).
+    Backstop(Box<backstop::BackstopArgs>),
 }
 
 /// `--caches FILE`, shared by `review`, `audit` and `serve`.
@@ -144,5 +149,6 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(*args),
         Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(args),
+        Command::Backstop(args) => backstop::run(*args),
     }
 }

@@ -3,10 +3,14 @@ Operations: what keeps the webhooks from locking up the cluster, and the names t
 objects (servicemonitor.yaml, prometheusrule.yaml, grafana-dashboard.yaml) select by.
 */}}
 
-{{/* failurePolicy of one webhook ("mutate" or "validate"): its own value, else the chart-wide one. */}}
+{{/*
+failurePolicy of one webhook ("mutate" or "validate"): its own value, else the chart-wide one,
+else Ignore when the backstop holds the policy inside the API server and Fail when nothing does.
+*/}}
 {{- define "modelgate.failurePolicy" -}}
 {{- $hook := index .root.Values.webhooks .hook -}}
-{{- default .root.Values.failurePolicy $hook.failurePolicy -}}
+{{- $default := ternary "Ignore" "Fail" (eq (include "modelgate.backstopEnabled" .root) "true") -}}
+{{- $hook.failurePolicy | default .root.Values.failurePolicy | default $default -}}
 {{- end -}}
 
 {{/* timeoutSeconds of one webhook: its own value (1..30), else the chart-wide one. */}}
@@ -87,4 +91,18 @@ matchConditions:
 {{/* The job label Prometheus gives modelgate's targets: the Service's name (ServiceMonitor default). */}}
 {{- define "modelgate.metricsJob" -}}
 {{- include "modelgate.fullname" . -}}
+{{- end -}}
+
+{{/*
+Whether the backstop is rendered: backstop.enabled true or false, or with auto (the default)
+whether the cluster serves ValidatingAdmissionPolicy v1 (what helm install and upgrade read
+from discovery; helm template knows it only from --api-versions).
+*/}}
+{{- define "modelgate.backstopEnabled" -}}
+{{- $enabled := .Values.backstop.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
+{{- else -}}
+{{- toString $enabled -}}
+{{- end -}}
 {{- end -}}

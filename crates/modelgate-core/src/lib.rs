@@ -7,6 +7,7 @@
 //! - [`cache`]: KServe's model cache objects, their conversion into index entries, and the index
 //!   that answers lookups;
 //! - [`namespaces`]: each namespace's rollout mode and Pod Security level;
+//! - [`backstop`]: the ValidatingAdmissionPolicy that holds the policy inside the API server;
 //! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
 //!   operation, shapes the policy's verdict by the namespace's mode, and encodes the one
 //!   response the API server gets.
@@ -19,6 +20,7 @@
 #![warn(unreachable_pub)]
 
 pub mod admission;
+pub mod backstop;
 pub mod cache;
 pub mod config;
 mod keyed;

@@ -338,7 +338,9 @@ fn judge(
     ctx: &Context,
 ) -> mode::Verdict {
     match webhook {
-        Webhook::Validate => policy::validate(workload, ctx.config).map(|()| Mutation::default()),
+        Webhook::Validate => {
+            policy::validate(workload, ctx.config, ephemeral_update).map(|()| Mutation::default())
+        }
         Webhook::Mutate if ephemeral_update => policy::mutate_ephemeral(workload, ctx.config),
         Webhook::Mutate => policy::mutate_create(workload, ctx.config, ctx.caches),
     }

@@ -14,7 +14,14 @@
 
 use super::Decision;
 use crate::namespaces::{Mode, NamespaceMode};
-use crate::policy::{Denial, Mutation, listed};
+use crate::policy::{Denial, Mutation, Rule, listed};
+
+/// The largest patch an answer carries (before base64). What the patch adds is stored with the
+/// object, and etcd takes at most 1.5 MiB in one request: a patch past 1 MiB makes an object
+/// the API server cannot store, while the answer that carries it (the patch is linear in the
+/// pod, but several times its size for many affinity terms or containers) would cost the
+/// webhook's memory and bandwidth for nothing. Such a pod is denied instead, saying why.
+pub(crate) const MAX_PATCH_BYTES: usize = 1 << 20;
 
 /// Audit annotation: what the mutation would change, `; `-separated.
 pub(super) const WOULD_PATCH: &str = "would-patch";
@@ -98,7 +105,31 @@ pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
             } else {
                 PolicyResult::Patched
             });
-            d.patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
+            let patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
+            if let Some(len) = patch
+                .as_ref()
+                .map(|p| p.as_bytes().len())
+                .filter(|&len| len > MAX_PATCH_BYTES)
+            {
+                let denial = Denial::single(
+                    Rule::Schema,
+                    "spec",
+                    format!(
+                        "the pod is too large for the changes modelgate must make: their \
+                         patch is {len} bytes, past the {MAX_PATCH_BYTES} an object the API \
+                         server stores can take"
+                    ),
+                    "Split the workload into smaller pods (fewer containers or node affinity \
+                     terms), or set what modelgate would set (runAsNonRoot, runAsUser) yourself.",
+                );
+                return Decision {
+                    warnings: d.warnings,
+                    mode: d.mode,
+                    result: Some(PolicyResult::Denied),
+                    ..Decision::deny(&denial)
+                };
+            }
+            d.patch = patch;
             d.changes = m.changes;
         }
         (Mode::Enforce, Err(denial)) => {

@@ -1630,6 +1630,103 @@ fn mirror_pods_are_untouched() {
     assert!(!a.allowed());
 }
 
+/// A pod whose patch would pass what the API server can store is denied with the reason, not
+/// answered with a patch of many megabytes; the same pod in `warn` mode is allowed as it is.
+#[test]
+fn a_patch_past_what_the_api_server_can_store_is_a_denial() {
+    let containers: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsNonRoot": false}}))
+        .collect();
+    let p = pod(json!({"containers": containers}));
+    let cfg = PolicyConfig::default();
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of("Pod", "CREATE", None, "t", p),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(!a.allowed());
+    assert!(a.patch.is_empty());
+    assert!(
+        a.message().starts_with(
+            "spec: the pod is too large for the changes modelgate must make: their patch is "
+        ),
+        "{}",
+        a.message()
+    );
+    // Below the bound, the same shape is patched.
+    let containers: Vec<Value> = (0..200)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsNonRoot": false}}))
+        .collect();
+    let a = run_with(
+        Webhook::Mutate,
+        &review_of(
+            "Pod",
+            "CREATE",
+            None,
+            "t",
+            pod(json!({"containers": containers})),
+        ),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed() && a.patch.len() > 200);
+}
+
+/// `kubectl debug` on a pod that predates the policy (its container has no runAsNonRoot): the
+/// update judges the ephemeral containers' runAsNonRoot, not the running containers', which
+/// are immutable; `/mutate` then `/validate` admit it.
+#[test]
+fn an_ephemeral_update_judges_the_ephemeral_containers_non_root_only() {
+    let old = pod(json!({
+        "containers": [{"name": "c", "image": "x"}],
+        "ephemeralContainers": [{"name": "debug", "image": "busybox"}]
+    }));
+    let cfg = PolicyConfig::default();
+    let review =
+        |object: Value| review_of("Pod", "UPDATE", Some("ephemeralcontainers"), "t", object);
+    let unmutated = run_with(
+        Webhook::Validate,
+        &review(old.clone()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(!unmutated.allowed());
+    assert_eq!(
+        unmutated.message(),
+        "spec.ephemeralContainers[0].securityContext.runAsNonRoot: not set (neither the \
+         container nor the pod sets it to true). Set runAsNonRoot: true on the pod or the \
+         container (modelgate's mutating webhook sets it on the pod: check that it is registered \
+         for this namespace)."
+    );
+    let mutated = run_with(
+        Webhook::Mutate,
+        &review(old.clone()),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(mutated.allowed());
+    let validated = run_with(
+        Webhook::Validate,
+        &review(mutated.patched),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(validated.allowed(), "{}", validated.message());
+    // The same pod on CREATE: every container is judged.
+    let create = run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "t", old),
+        &cfg,
+        &CacheIndex::new(),
+    );
+    assert!(
+        create
+            .message()
+            .contains("spec.containers[0].securityContext.runAsNonRoot")
+    );
+}
+
 #[test]
 fn ephemeral_container_update_touches_only_ephemeral_security_contexts() {
     let p = pod(json!({

@@ -7,7 +7,7 @@ use super::workload::Workload;
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 
 /// Per-pod override of `--cache-volume`.
-pub(super) const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
+pub(crate) const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
 
 /// The name of the pod's writable model cache volume.
 pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> &'a str {
@@ -19,7 +19,7 @@ pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> 
 /// read-only. Every other source (persistentVolumeClaim, ephemeral, csi, nfs, hostPath, cephfs,
 /// …) is storage whose ownership the prep container can and must fix; a `hostPath` only under
 /// the operator's `--prep-host-path` ([`disallowed_host_path`]).
-const NOT_CACHE_STORAGE: [&str; 7] = [
+pub(crate) const NOT_CACHE_STORAGE: [&str; 7] = [
     "emptyDir",
     "configMap",
     "secret",
@@ -200,7 +200,7 @@ struct PrepMount<'a> {
 
 /// The canonical prep container for a pod whose pod-level runAsUser and fsGroup (after mutation)
 /// are `pod_uid` and `fs_group`; `command` holds its shell command ([`command`]).
-pub(super) fn canonical<'a>(
+pub(crate) fn canonical<'a>(
     cfg: &'a PolicyConfig,
     volume: &'a str,
     command: &'a str,
@@ -243,7 +243,7 @@ pub(super) fn canonical<'a>(
 
 /// The command of the canonical prep container for a pod whose pod-level runAsUser and fsGroup
 /// (after mutation) are `pod_uid` and `fs_group`.
-pub(super) fn canonical_command(
+pub(crate) fn canonical_command(
     cfg: &PolicyConfig,
     pod_uid: Option<i64>,
     fs_group: Option<i64>,
@@ -256,16 +256,16 @@ pub(super) fn canonical_command(
 }
 
 /// Fields the API server defaults on every container: not ours, so they may hold anything.
-const DEFAULTED: [&str; 3] = [
+pub(crate) const DEFAULTED: [&str; 3] = [
     "imagePullPolicy",
     "terminationMessagePath",
     "terminationMessagePolicy",
 ];
 
 /// Where the API server's ServiceAccount admission plugin mounts the service account token.
-const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The name prefix of the projected token volume that plugin adds (`kube-api-access-<random>`).
-const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
+pub(crate) const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
 
 /// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
 /// received: every field but the defaulted ones must be canonical, including fields this code's

@@ -6,7 +6,7 @@
 //! - [`model_cache`]: model URI resolution against node-local caches (§5)
 //! - [`validate`]: what is denied (§6)
 
-mod cache_prep;
+pub(crate) mod cache_prep;
 pub mod model_cache;
 mod nonroot;
 mod validate;
@@ -413,9 +413,18 @@ pub(crate) fn validate_present(w: &Workload, cfg: &PolicyConfig) -> Result<(), D
     validate::validate(w, cfg, Checks::Present)
 }
 
-/// The validating webhook's decision.
-pub(crate) fn validate(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
-    validate::validate(w, cfg, Checks::All)
+/// The validating webhook's decision; `ephemeral_update` for a Pod UPDATE of the
+/// `ephemeralcontainers` subresource.
+pub(crate) fn validate(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    ephemeral_update: bool,
+) -> Result<(), Denial> {
+    let checks = match ephemeral_update {
+        true => Checks::EphemeralUpdate,
+        false => Checks::All,
+    };
+    validate::validate(w, cfg, checks)
 }
 
 #[cfg(test)]

@@ -256,7 +256,7 @@ fn violations_carry_their_rule() {
     let mut pod = cache_pod();
     pod["spec"]["securityContext"] = json!({"runAsUser": 0});
     pod["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "evil"}]);
-    let denial = with_workload(&pod, |w| validate(w, &cfg)).unwrap_err();
+    let denial = with_workload(&pod, |w| validate(w, &cfg, false)).unwrap_err();
     let rules: Vec<(Rule, &str)> = denial
         .violations
         .iter()

@@ -81,6 +81,11 @@ pub enum Checks {
     /// A partial template (SPEC.md §12): only what its fields say — the ranges, and a
     /// `runAsNonRoot: false` it writes. What it leaves out is filled in elsewhere.
     Present,
+    /// An `ephemeralcontainers` update: everything, but the effective `runAsNonRoot` only of
+    /// the ephemeral containers. The others are immutable and already run (a pod created before
+    /// modelgate may have none): refusing the update would protect nothing and only stop
+    /// `kubectl debug`, and `/mutate` cannot change them on this subresource either.
+    EphemeralUpdate,
 }
 
 /// Checks one id; the object's `sc` (a security context's path, built only for a violation) and
@@ -169,7 +174,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     // The one init container that may be the canonical prep: the first of that name, judged
     // once against the canonical container for this pod, when modelgate manages one (a second
     // container of that name is a second root container, never canonical).
-    let canonical_prep = (checks == Checks::All && managed)
+    let canonical_prep = (matches!(checks, Checks::All | Checks::EphemeralUpdate) && managed)
         .then(|| {
             let i = w
                 .spec
@@ -189,7 +194,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 // The mutation replaces a prep container it owns; it is judged after that.
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
                 Checks::RangesOnly | Checks::Present => {}
-                Checks::All => {
+                Checks::All | Checks::EphemeralUpdate => {
                     if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
                     }
@@ -220,19 +225,24 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
                 GID_ADVICE,
             );
         }
-        match checks {
-            Checks::All => check_non_root(&mut out, &sc_path, c.security_context, pod_non_root),
-            Checks::Present
-                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) =>
-            {
-                out.push(Violation {
-                    rule: Rule::NonRoot,
-                    field: sc_path().key("runAsNonRoot").to_string(),
-                    problem: "false is not allowed".into(),
-                    advice: NONROOT_ADVICE,
-                });
+        let judged = match checks {
+            Checks::RangesOnly => false,
+            Checks::All => true,
+            Checks::EphemeralUpdate => c.list == ContainerList::Ephemeral,
+            Checks::Present => {
+                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
+                    out.push(Violation {
+                        rule: Rule::NonRoot,
+                        field: sc_path().key("runAsNonRoot").to_string(),
+                        problem: "false is not allowed".into(),
+                        advice: NONROOT_ADVICE,
+                    });
+                }
+                false
             }
-            _ => {}
+        };
+        if judged {
+            check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
         }
     }
     if out.is_empty() {

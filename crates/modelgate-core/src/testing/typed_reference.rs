@@ -407,7 +407,7 @@ fn policy_outcome(w: &Workload, cfg: &PolicyConfig, index: &CacheIndex, ephemera
             notes,
         )
     });
-    format!("{mutation:?}\n{:?}", policy::validate(w, cfg))
+    format!("{mutation:?}\n{:?}", policy::validate(w, cfg, ephemeral))
 }
 
 /// The policy on the views the decoder reads from the review's object, and on views made directly

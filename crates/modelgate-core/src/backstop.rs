@@ -1,0 +1,773 @@
+//! SPEC.md §13: the backstop, the policy inside the API server. [`objects`] renders the
+//! `ValidatingAdmissionPolicy` and its `ValidatingAdmissionPolicyBinding` from the same
+//! [`PolicyConfig`] the webhooks run on, so that no pod that breaks the policy is created
+//! whether modelgate answers or not, while a pod that already complies is created even when it
+//! does not.
+//!
+//! What the objects hold:
+//! - the policy matches what the webhooks match (SPEC.md §1, §11) with the same
+//!   `matchConditions`, `failurePolicy: Fail`, and no `paramKind`: every value is written into
+//!   its CEL;
+//! - on Pods, Job templates and ephemeral containers it denies the security rules of §6 on the
+//!   object as it reaches validation: a `runAsUser` outside `1..2147483647`, a
+//!   `runAsGroup`/`fsGroup` outside `0..2147483647`, a container other than the canonical prep
+//!   container (§4, matched exactly, rendered by the webhook's own functions) whose effective
+//!   `runAsNonRoot` is not `true`; on controller templates (§11) only the ranges;
+//! - one binding, `validationActions: [Deny]`, selecting the namespaces in `enforce` (§9) by the
+//!   webhooks' own namespace selection.
+//!
+//! The API server evaluates `object` as untyped JSON (`cel.DynType`): its schemas only serve the
+//! type check whose findings land in the policy's `status.typeChecking` as warnings. The
+//! expressions are written for that: `has()` before every optional field, and exact matches of
+//! the prep container by the keys its JSON has.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::admission::WorkloadKind;
+use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig, PrepMode, normalise_absolute};
+use crate::namespaces::{MODE_LABEL, Mode, POD_SECURITY_ENFORCE_LABEL};
+use crate::policy::cache_prep;
+
+/// The policy's name when nothing else is asked for.
+pub const DEFAULT_NAME: &str = "modelgate-backstop";
+
+/// The label that opts a namespace in, by default (the webhooks' `namespaceSelector`).
+pub const OPT_IN_LABEL: (&str, &str) = ("modelgate.io/inject", "enabled");
+
+/// What every message of the backstop ends with: the API server answered, not the webhook.
+pub const MESSAGE_SUFFIX: &str = "(modelgate backstop: the webhook did not set this)";
+
+/// The namespace selection and the request filters the webhooks are registered with.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    /// The policy's name; the binding has the same.
+    pub name: String,
+    /// Labels a namespace must carry to be sent to modelgate (the opt-in).
+    pub match_labels: BTreeMap<String, String>,
+    /// The username of modelgate's own service account
+    /// (`system:serviceaccount:<namespace>:<name>`), whose requests are never judged.
+    pub service_account_username: String,
+    /// Pods and templates of these priority classes are never judged.
+    pub exclude_priority_classes: Vec<String>,
+}
+
+impl Selection {
+    /// The selection of the manifests: the opt-in label, modelgate's service account `account`
+    /// in `namespace`, no priority class left out.
+    pub fn new(namespace: &str, account: &str) -> Self {
+        Selection {
+            name: DEFAULT_NAME.to_string(),
+            match_labels: BTreeMap::from([(OPT_IN_LABEL.0.into(), OPT_IN_LABEL.1.into())]),
+            service_account_username: format!("system:serviceaccount:{namespace}:{account}"),
+            exclude_priority_classes: Vec::new(),
+        }
+    }
+}
+
+/// The policy and its binding, in the order `kubectl apply` should create them.
+pub fn objects(cfg: &PolicyConfig, sel: &Selection) -> [Value; 2] {
+    [policy(cfg, sel), binding(cfg, sel)]
+}
+
+fn labels() -> Value {
+    json!({
+        "app.kubernetes.io/name": "modelgate",
+        "app.kubernetes.io/component": "backstop",
+        "app.kubernetes.io/part-of": "modelgate",
+    })
+}
+
+/// The webhooks' `namespaceSelector`: the opt-in labels, never an exempt namespace.
+fn namespace_selector(cfg: &PolicyConfig, sel: &Selection, modes: bool) -> Value {
+    let mut expressions = vec![json!({
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": cfg.exempt_namespaces,
+    })];
+    if modes {
+        expressions.extend(enforce_expressions(cfg.default_mode));
+    }
+    let mut selector = serde_json::Map::new();
+    if !sel.match_labels.is_empty() {
+        selector.insert("matchLabels".into(), json!(sel.match_labels));
+    }
+    selector.insert("matchExpressions".into(), Value::Array(expressions));
+    Value::Object(selector)
+}
+
+/// The label requirements that select the namespaces in `enforce` (SPEC.md §9): a mode label
+/// that is none of the other modes (`enforce`, or an unknown value, which counts as
+/// `enforce`), or, when `--default-mode` is `enforce`, no mode label at all (`NotIn` matches a
+/// namespace without the key).
+fn enforce_expressions(default_mode: Mode) -> Vec<Value> {
+    let others: Vec<&str> = Mode::ALL
+        .into_iter()
+        .filter(|m| *m != Mode::Enforce)
+        .map(Mode::as_str)
+        .collect();
+    let mut out = Vec::new();
+    if default_mode != Mode::Enforce {
+        out.push(json!({"key": MODE_LABEL, "operator": "Exists"}));
+    }
+    out.push(json!({"key": MODE_LABEL, "operator": "NotIn", "values": others}));
+    out
+}
+
+/// The resources of both webhooks: Pods (CREATE), their ephemeral containers (UPDATE) and Jobs
+/// (CREATE), then the controllers of §11 (CREATE, and UPDATE that the `matchConditions` keep
+/// to a changed pod template).
+fn resource_rules() -> Value {
+    let rule = |group: &str, resources: Vec<String>, operations: &[&str]| {
+        json!({
+            "apiGroups": [group],
+            "apiVersions": ["v1"],
+            "operations": operations,
+            "resources": resources,
+            "scope": "Namespaced",
+        })
+    };
+    let plural = |k: WorkloadKind| format!("{}s", k.as_str().to_lowercase());
+    let mut rules = vec![
+        rule("", vec![plural(WorkloadKind::Pod)], &["CREATE"]),
+        rule(
+            "",
+            vec![format!("{}/ephemeralcontainers", plural(WorkloadKind::Pod))],
+            &["UPDATE"],
+        ),
+        rule("batch", vec![plural(WorkloadKind::Job)], &["CREATE"]),
+    ];
+    // One rule per API group, in the order of the kinds' table.
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    for kind in WorkloadKind::ALL.into_iter().filter(|k| k.is_controller()) {
+        let (group, version) = kind.group_version();
+        debug_assert_eq!(version, "v1");
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, resources)) => resources.push(plural(kind)),
+            None => groups.push((group, vec![plural(kind)])),
+        }
+    }
+    for (group, resources) in groups {
+        rules.push(rule(group, resources, &["CREATE", "UPDATE"]));
+    }
+    Value::Array(rules)
+}
+
+fn policy(cfg: &PolicyConfig, sel: &Selection) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": sel.name, "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "matchPolicy": "Equivalent",
+                "namespaceSelector": namespace_selector(cfg, sel, false),
+                "resourceRules": resource_rules(),
+            },
+            "matchConditions": match_conditions(cfg, sel),
+            "variables": variables(cfg)
+                .into_iter()
+                .map(|(name, expression)| json!({"name": name, "expression": expression}))
+                .collect::<Vec<_>>(),
+            "validations": validations()
+                .into_iter()
+                .map(|v| json!({
+                    "expression": v.expression,
+                    "messageExpression": v.message_expression,
+                    "message": v.message,
+                    "reason": "Forbidden",
+                }))
+                .collect::<Vec<_>>(),
+        },
+    })
+}
+
+fn binding(cfg: &PolicyConfig, sel: &Selection) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": sel.name, "labels": labels()},
+        "spec": {
+            "policyName": sel.name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": namespace_selector(cfg, sel, true),
+            },
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// CEL
+// ---------------------------------------------------------------------------------------------
+
+/// A CEL string literal: single-quoted, with `\`, `'` and control characters escaped.
+pub fn cel_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+fn cel_list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    let items: Vec<String> = items.into_iter().map(|s| cel_string(s.as_ref())).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The kinds of §11, whose templates are judged on the ranges only.
+fn controller_kinds() -> Vec<&'static str> {
+    WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| k.is_controller())
+        .map(WorkloadKind::as_str)
+        .collect()
+}
+
+/// A JSON value as CEL: JSON's string, number, boolean and list literals are CEL's, and `<`,
+/// `>`, `&` are escaped as Go's `encoding/json` (and so Helm's `toJson`) escapes them, so that
+/// the chart renders the same text.
+pub fn cel_json(value: &Value) -> String {
+    serde_json::to_string(value)
+        .expect("JSON serializes")
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+/// The webhooks' `matchConditions` (the chart's `modelgate.matchConditions` and
+/// `modelgate.controllerMatchConditions`), as one list for the one policy: each condition of
+/// one entry holds for the other entry's kinds.
+fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
+    let mut out = vec![
+        json!({
+            "name": "exclude-mirror-pods",
+            "expression": "request.kind.kind != 'Pod' || !has(object.metadata.annotations) || \
+                           !('kubernetes.io/config.mirror' in object.metadata.annotations)",
+        }),
+        json!({
+            "name": "exclude-unchanged-pod-template",
+            "expression": format!(
+                "!(request.kind.kind in {}) || request.operation != 'UPDATE' || \
+                 (request.kind.kind == 'CronJob' \
+                 ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template \
+                 : object.spec.template != oldObject.spec.template)",
+                cel_list(controller_kinds())
+            ),
+        }),
+        json!({
+            "name": "exclude-own-service-account",
+            "expression": format!(
+                "request.userInfo.username != {}",
+                cel_string(&sel.service_account_username)
+            ),
+        }),
+        json!({
+            "name": "exclude-exempt-namespaces",
+            // As the chart writes it: the JSON list with single quotes.
+            "expression": format!(
+                "!(request.namespace in {})",
+                cel_json(&json!(cfg.exempt_namespaces)).replace('"', "'")
+            ),
+        }),
+    ];
+    if !sel.exclude_priority_classes.is_empty() {
+        let classes = cel_json(&json!(sel.exclude_priority_classes));
+        out.push(json!({
+            "name": "exclude-priority-classes",
+            "expression": format!(
+                "request.kind.kind == 'Pod' \
+                 ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {classes}) \
+                 : (request.kind.kind == 'CronJob' \
+                 ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) \
+                 || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {classes}) \
+                 : !has(object.spec.template.spec.priorityClassName) \
+                 || !(object.spec.template.spec.priorityClassName in {classes}))"
+            ),
+        }));
+    }
+    Value::Array(out)
+}
+
+/// The policy's settings, each a variable of its own holding one literal, so that every other
+/// expression is the same text whatever the settings (the chart fills in only these).
+pub fn config_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "prepAlways",
+            (cfg.model_cache_prep == PrepMode::Always).to_string(),
+        ),
+        ("prepImage", cel_json(&json!(cfg.init_image))),
+        ("cacheMountPath", cel_json(&json!(cfg.cache_mount_path))),
+        ("defaultCacheVolume", cel_json(&json!(cfg.cache_volume))),
+        ("initContainerUser", cfg.init_container_user.to_string()),
+        (
+            "prepHostPaths",
+            cel_json(&json!(
+                cfg.prep_host_paths
+                    .iter()
+                    .map(|p| normalise_absolute(p).unwrap_or_else(|| p.clone()))
+                    .collect::<Vec<_>>()
+            )),
+        ),
+    ]
+}
+
+/// The policy's `variables`, in order (each may use the ones before it).
+pub fn variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
+    let mut v = config_variables(cfg);
+    v.extend(derived_variables(cfg));
+    v
+}
+
+/// The variables that are the same text whatever the settings.
+fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
+    let controllers = cel_list(controller_kinds());
+    let mut v = vec![
+        // The pod as its metadata and spec: a Pod is its own, a Job's or a controller's is its
+        // template, a CronJob's is its Job template's.
+        (
+            "template",
+            "request.kind.kind == 'Pod' ? object \
+             : (request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec.template \
+             : object.spec.template)"
+                .to_string(),
+        ),
+        ("pod", "variables.template.spec".to_string()),
+        // Where the pod spec is in the object, for the messages.
+        (
+            "specPath",
+            "request.kind.kind == 'Pod' ? 'spec' \
+             : (request.kind.kind == 'CronJob' ? 'spec.jobTemplate.spec.template.spec' \
+             : 'spec.template.spec')"
+                .to_string(),
+        ),
+        // Pods and Jobs get every rule; controller templates the ranges only (§11).
+        ("controller", format!("request.kind.kind in {controllers}")),
+        (
+            "annotations",
+            "has(variables.template.metadata) && has(variables.template.metadata.annotations) \
+             ? variables.template.metadata.annotations : {}"
+                .to_string(),
+        ),
+        (
+            "cacheVolume",
+            format!(
+                "{key} in variables.annotations ? variables.annotations[{key}] \
+                 : variables.defaultCacheVolume",
+                key = cel_string(cache_prep::CACHE_VOLUME_ANNOTATION),
+            ),
+        ),
+        (
+            "podNonRoot",
+            "has(variables.pod.securityContext) && has(variables.pod.securityContext.runAsNonRoot) \
+             && variables.pod.securityContext.runAsNonRoot == true"
+                .to_string(),
+        ),
+        // A Windows pod (SPEC.md §1) gets no prep.
+        (
+            "windows",
+            "has(variables.pod.os) ? (has(variables.pod.os.name) && variables.pod.os.name == 'windows') \
+             : ((has(variables.pod.nodeSelector) && 'kubernetes.io/os' in variables.pod.nodeSelector \
+             && variables.pod.nodeSelector['kubernetes.io/os'] == 'windows') \
+             || (has(variables.pod.affinity) && has(variables.pod.affinity.nodeAffinity) \
+             && has(variables.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) \
+             && has(variables.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms) \
+             && size(variables.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms) > 0 \
+             && variables.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.all(t, \
+             has(t.matchExpressions) && t.matchExpressions.exists(e, e.key == 'kubernetes.io/os' \
+             && e.operator == 'In' && has(e.values) && size(e.values) > 0 \
+             && e.values.all(os, os == 'windows')))))"
+                .to_string(),
+        ),
+        ("prepManaged", prep_managed()),
+        ("prepCommand", prep_command(cfg)),
+        (
+            "prepCanonical",
+            format!(
+                "variables.prepManaged && has(variables.pod.initContainers) \
+                 && size(variables.pod.initContainers) > 0 && {}",
+                canonical_prep(cfg, "variables.pod.initContainers[0]")
+            ),
+        ),
+        // The one container the rules do not govern: on a Pod or Job the canonical prep, first
+        // of the init containers; on a controller's template a prep among the init containers
+        // that modelgate manages, which its pods get replaced by the canonical one.
+        (
+            "prepExempt",
+            "variables.controller ? variables.prepManaged : variables.prepCanonical".to_string(),
+        ),
+    ];
+    v.push(("rangeViolations", range_violations()));
+    v.push(("nonRootViolations", non_root_violations()));
+    v
+}
+
+/// Whether modelgate manages the prep container of this pod (the webhook's
+/// `cache_prep::is_managed`): `--model-cache-prep=always`, not a Windows pod, not in a
+/// namespace that enforces Pod Security `restricted`, and the cache volume backed by
+/// persistent, writable storage (it has a source, and none of those that are not), never a
+/// `hostPath` outside the `--prep-host-path` prefixes.
+fn prep_managed() -> String {
+    let not_storage: Vec<String> = cache_prep::NOT_CACHE_STORAGE
+        .iter()
+        .map(|source| format!("!has(v.{source})"))
+        .collect();
+    format!(
+        "variables.prepAlways && !variables.windows \
+         && !(namespaceObject != null && has(namespaceObject.metadata) \
+         && has(namespaceObject.metadata.labels) \
+         && {label} in namespaceObject.metadata.labels \
+         && namespaceObject.metadata.labels[{label}] == 'restricted') \
+         && has(variables.pod.volumes) && variables.pod.volumes.exists(v, \
+         v.name == variables.cacheVolume && size(v) > 1 && {not_storage} && {host_path})",
+        label = cel_string(POD_SECURITY_ENFORCE_LABEL),
+        not_storage = not_storage.join(" && "),
+        host_path = HOST_PATH_ALLOWED,
+    )
+}
+
+/// `v` is no `hostPath`, or one whose path lies under one of `variables.prepHostPaths`
+/// ([`normalise_absolute`], as `--prep-host-path` keeps them): compared by whole path components, `.` and empty components
+/// dropped. A `..` component is never allowed (the API server refuses it in a `hostPath`
+/// before admission policies run).
+const HOST_PATH_ALLOWED: &str = "(!has(v.hostPath) || (has(v.hostPath.path) \
+     && v.hostPath.path.startsWith('/') && !v.hostPath.path.split('/').exists(s, s == '..') \
+     && variables.prepHostPaths.exists(p, p == '/' \
+     || ('/' + v.hostPath.path.split('/').filter(s, s != '' && s != '.').join('/') + '/')\
+     .startsWith(p + '/'))))";
+
+/// Stand-ins for what the canonical container holds per pod or per setting, found again in its
+/// JSON and replaced by the variable that holds it.
+const MARKS: [(&str, &str); 4] = [
+    ("\u{1}command\u{1}", "variables.prepCommand"),
+    ("\u{1}volume\u{1}", "variables.cacheVolume"),
+    ("\u{1}image\u{1}", "variables.prepImage"),
+    ("\u{1}path\u{1}", "variables.cacheMountPath"),
+];
+
+/// `text` with every mark in it as a CEL concatenation of literals and variables.
+fn with_marks(text: &str, marks: &[(&str, &str)]) -> String {
+    let mut parts = vec![cel_string(text)];
+    for (mark, variable) in marks {
+        parts = parts
+            .into_iter()
+            .flat_map(|p| {
+                if !p.starts_with('\'') {
+                    return vec![p];
+                }
+                let literal = &p[1..p.len() - 1];
+                let mark_escaped = &cel_string(mark)[1..cel_string(mark).len() - 1];
+                let pieces: Vec<&str> = literal.split(mark_escaped).collect();
+                let mut out = Vec::new();
+                for (i, piece) in pieces.iter().enumerate() {
+                    if i > 0 {
+                        out.push(variable.to_string());
+                    }
+                    if !piece.is_empty() {
+                        out.push(format!("'{piece}'"));
+                    }
+                }
+                out
+            })
+            .collect();
+    }
+    parts.join(" + ")
+}
+
+/// The prep command for this pod, as CEL: the webhook's `cache_prep::canonical_command`
+/// rendered with stand-ins for the mount path and the ids, which become the setting and the
+/// pod's own uid or fsGroup.
+fn prep_command(cfg: &PolicyConfig) -> String {
+    const ID_MARK: &str = "\u{1}id\u{1}";
+    let marked = PolicyConfig {
+        cache_mount_path: MARKS[3].0.to_string(),
+        ..cfg.clone()
+    };
+    // The webhook renders ids as decimal numbers: render one that cannot occur otherwise, then
+    // mark it.
+    const ID: i64 = 1_987_654_321;
+    let render = |command: String| command.replace(&ID.to_string(), ID_MARK);
+    let fs_group = "string(variables.pod.securityContext.fsGroup)";
+    let uid = "string(has(variables.pod.securityContext) \
+               && has(variables.pod.securityContext.runAsUser) \
+               ? variables.pod.securityContext.runAsUser : variables.initContainerUser)";
+    let with_group = with_marks(
+        &render(cache_prep::canonical_command(&marked, Some(1), Some(ID))),
+        &[(ID_MARK, fs_group), (MARKS[3].0, MARKS[3].1)],
+    );
+    let with_owner = with_marks(
+        &render(cache_prep::canonical_command(&marked, Some(ID), None)),
+        &[(ID_MARK, uid), (MARKS[3].0, MARKS[3].1)],
+    );
+    format!(
+        "has(variables.pod.securityContext) && has(variables.pod.securityContext.fsGroup) \
+         && variables.pod.securityContext.fsGroup > 0 ? {with_group} : {with_owner}"
+    )
+}
+
+/// `c` is exactly the canonical prep container of this pod (the webhook's
+/// `cache_prep::is_canonical_at`): every key of its JSON but the ones the API server defaults
+/// is the canonical one's, with the canonical value; its mounts are the cache volume's root,
+/// then, optionally, the ServiceAccount plugin's token mount.
+fn canonical_prep(cfg: &PolicyConfig, c: &str) -> String {
+    let marked = PolicyConfig {
+        init_image: MARKS[2].0.to_string(),
+        cache_mount_path: MARKS[3].0.to_string(),
+        ..cfg.clone()
+    };
+    let canonical = serde_json::to_value(cache_prep::canonical(&marked, MARKS[1].0, MARKS[0].0))
+        .expect("the canonical container serializes");
+    let Value::Object(mut fields) = canonical else {
+        unreachable!("a container is an object")
+    };
+    let mounts = fields.remove("volumeMounts").unwrap_or_default();
+    let mut keys: Vec<&str> = fields.keys().map(String::as_str).collect();
+    keys.push("volumeMounts");
+    keys.extend(cache_prep::DEFAULTED);
+    keys.sort_unstable();
+    let mut terms = vec![format!("{c}.all(k, k in {})", cel_list(&keys))];
+    for (key, value) in &fields {
+        terms.push(format!("has({c}.{key})"));
+        terms.push(equals(&format!("{c}.{key}"), value));
+    }
+    let Value::Array(mounts) = mounts else {
+        unreachable!("volumeMounts is a list")
+    };
+    let n = mounts.len();
+    terms.push(format!("has({c}.volumeMounts)"));
+    terms.push(format!(
+        "(size({c}.volumeMounts) == {n} || (size({c}.volumeMounts) == {} && {}))",
+        n + 1,
+        token_mount(&format!("{c}.volumeMounts[{n}]"))
+    ));
+    for (i, m) in mounts.iter().enumerate() {
+        terms.push(equals(&format!("{c}.volumeMounts[{i}]"), m));
+    }
+    terms.join(" && ")
+}
+
+/// `m` is exactly the mount the ServiceAccount plugin adds: a projected `kube-api-access-*`
+/// volume of this pod (its one source), read-only at the token path, nothing else.
+fn token_mount(m: &str) -> String {
+    format!(
+        "{m}.all(k, k in ['mountPath', 'name', 'readOnly']) && has({m}.mountPath) \
+         && {m}.mountPath == {path} && has({m}.readOnly) && {m}.readOnly == true \
+         && has({m}.name) && {m}.name.startsWith({prefix}) \
+         && variables.pod.volumes.exists(v, v.name == {m}.name && size(v) == 2 && has(v.projected))",
+        path = cel_string(cache_prep::TOKEN_MOUNT_PATH),
+        prefix = cel_string(cache_prep::TOKEN_VOLUME_PREFIX),
+    )
+}
+
+/// `expr` equals `expected` exactly, as JSON: same keys, same list lengths, same scalars; a
+/// string that is one of the [`MARKS`] is compared with the variable that holds it.
+fn equals(expr: &str, expected: &Value) -> String {
+    match expected {
+        Value::Object(fields) => {
+            let keys: Vec<&str> = fields.keys().map(String::as_str).collect();
+            let mut terms = vec![format!("{expr}.all(k, k in {})", cel_list(&keys))];
+            for (key, value) in fields {
+                terms.push(format!("has({expr}.{key})"));
+                terms.push(equals(&format!("{expr}.{key}"), value));
+            }
+            format!("({})", terms.join(" && "))
+        }
+        Value::Array(items) => {
+            let mut terms = vec![format!("size({expr}) == {}", items.len())];
+            for (i, item) in items.iter().enumerate() {
+                terms.push(equals(&format!("{expr}[{i}]"), item));
+            }
+            format!("({})", terms.join(" && "))
+        }
+        Value::String(s) => match MARKS.iter().find(|(mark, _)| mark == s) {
+            Some((_, variable)) => format!("{expr} == {variable}"),
+            None => format!("{expr} == {}", cel_string(s)),
+        },
+        Value::Bool(b) => format!("{expr} == {b}"),
+        Value::Number(n) => format!("{expr} == {n}"),
+        Value::Null => format!("{expr} == null"),
+    }
+}
+
+/// The three container lists, with their field names.
+const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+
+/// Every id outside its range, as `<path>: <value> is outside <lo>..<hi>` (SPEC.md §6): the
+/// pod's runAsUser, runAsGroup and fsGroup, then each container's runAsUser and runAsGroup,
+/// except the prep container the rules do not govern.
+fn range_violations() -> String {
+    let bad = |value: &str, lo: i64| format!("({value} < {lo} || {value} > {MAX_ID})");
+    let msg = |path: &str, value: &str, lo: i64| {
+        format!("{path} + ': ' + string({value}) + ' is outside {lo}..{MAX_ID}'")
+    };
+    let mut parts = Vec::new();
+    for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0), ("fsGroup", 0)] {
+        let value = format!("variables.pod.securityContext.{field}");
+        parts.push(format!(
+            "(has(variables.pod.securityContext) && has({value}) && {} \
+             ? [{}] : [])",
+            bad(&value, lo),
+            msg(
+                &format!("variables.specPath + '.securityContext.{field}'"),
+                &value,
+                lo
+            )
+        ));
+    }
+    for list in LISTS {
+        let exempt = if list == "initContainers" {
+            format!(
+                "!(variables.prepExempt && c.name == {}) && ",
+                cel_string(PREP_CONTAINER)
+            )
+        } else {
+            String::new()
+        };
+        for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0)] {
+            let value = format!("c.securityContext.{field}");
+            let path = format!(
+                "variables.specPath + '.{list}[' + string(variables.pod.{list}.indexOf(c)) + '].securityContext.{field}'"
+            );
+            parts.push(format!(
+                "(has(variables.pod.{list}) ? variables.pod.{list}.filter(c, {exempt}\
+                 has(c.securityContext) && has({value}) && {}).map(c, {}) : [])",
+                bad(&value, lo),
+                msg(&path, &value, lo)
+            ));
+        }
+    }
+    parts.join(" + ")
+}
+
+/// Every container other than the canonical prep whose effective runAsNonRoot (its own, else
+/// the pod's) is not `true`, named by its own field, where the fix goes. Pods and Jobs only:
+/// a controller's pods get it from the mutation when they are created.
+fn non_root_violations() -> String {
+    let mut parts = Vec::new();
+    for list in LISTS {
+        let exempt = if list == "initContainers" {
+            format!(
+                "!(variables.prepExempt && c.name == {}) && ",
+                cel_string(PREP_CONTAINER)
+            )
+        } else {
+            String::new()
+        };
+        let own = "has(c.securityContext) && has(c.securityContext.runAsNonRoot)";
+        let path = format!(
+            "variables.specPath + '.{list}[' + string(variables.pod.{list}.indexOf(c)) + '].securityContext.runAsNonRoot: '"
+        );
+        // An ephemeral-container update judges only the ephemeral containers' runAsNonRoot:
+        // the others are immutable and already run (as the webhook's `/validate`).
+        let judged = match list {
+            "ephemeralContainers" => format!("has(variables.pod.{list})"),
+            _ => {
+                format!("request.subResource != 'ephemeralcontainers' && has(variables.pod.{list})")
+            }
+        };
+        parts.push(format!(
+            "({judged} ? variables.pod.{list}.filter(c, {exempt}\
+             !({own} ? c.securityContext.runAsNonRoot == true : variables.podNonRoot))\
+             .map(c, {path} + ({own} ? 'false is not allowed' \
+             : 'not set, and the pod\\'s spec.securityContext.runAsNonRoot is not true')) : [])"
+        ));
+    }
+    format!("variables.controller ? [] : {}", parts.join(" + "))
+}
+
+/// One entry of the policy's `validations`.
+pub struct Validation {
+    pub expression: String,
+    pub message_expression: String,
+    /// The fallback when the message expression fails or its result is too long.
+    pub message: String,
+}
+
+const RANGE_ADVICE: &str = "Use a uid in 1..2147483647 and a gid in 0..2147483647, or leave \
+     them unset and let modelgate set them.";
+const NONROOT_ADVICE: &str = "Set runAsNonRoot: true on the pod or the container; only \
+     modelgate's own model-cache-prep may run as root.";
+
+/// The policy's `validations`: the ranges, then non-root.
+pub fn validations() -> Vec<Validation> {
+    let entry = |variable: &str, advice: &str, fallback: &str| Validation {
+        expression: format!("size(variables.{variable}) == 0"),
+        message_expression: format!(
+            "variables.{variable}.join('; ') + {}",
+            cel_string(&format!(". {advice} {MESSAGE_SUFFIX}"))
+        ),
+        message: format!("{fallback} {advice} {MESSAGE_SUFFIX}"),
+    };
+    vec![
+        entry(
+            "rangeViolations",
+            RANGE_ADVICE,
+            "A runAsUser, runAsGroup or fsGroup of the pod is outside its range.",
+        ),
+        entry(
+            "nonRootViolations",
+            NONROOT_ADVICE,
+            "A container may run as root: its runAsNonRoot (its own, else the pod's) is not true.",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cel_strings_are_escaped() {
+        assert_eq!(cel_string("a'b\\c"), r"'a\'b\\c'");
+        assert_eq!(cel_string("x\ny"), r"'x\ny'");
+        assert_eq!(cel_string("\u{1}"), r"'\u0001'");
+    }
+
+    #[test]
+    fn enforce_namespaces_by_label_or_by_default() {
+        let on = enforce_expressions(Mode::Enforce);
+        assert_eq!(
+            on,
+            [json!({"key": MODE_LABEL, "operator": "NotIn", "values": ["warn", "audit", "off"]})]
+        );
+        let off = enforce_expressions(Mode::Audit);
+        assert_eq!(off.len(), 2);
+        assert_eq!(off[0], json!({"key": MODE_LABEL, "operator": "Exists"}));
+    }
+
+    #[test]
+    fn host_path_prefixes_are_normalized() {
+        assert_eq!(
+            normalise_absolute("/data//./cache/").as_deref(),
+            Some("/data/cache")
+        );
+        assert_eq!(normalise_absolute("/").as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn the_command_is_the_webhooks_with_the_pods_ids() {
+        let cfg = PolicyConfig::default();
+        let cel = prep_command(&cfg);
+        assert!(
+            cel.contains(
+                "'chown 0:' + string(variables.pod.securityContext.fsGroup) + ' ' \
+                 + variables.cacheMountPath + ' && chmod g+rwX ' + variables.cacheMountPath"
+            ),
+            "{cel}"
+        );
+        assert!(cel.contains(": variables.initContainerUser)"), "{cel}");
+    }
+}

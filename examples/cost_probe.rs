@@ -1,0 +1,204 @@
+//! One admission of a hostile shape, built to a given size, through `/mutate` and `/validate`
+//! (SPEC.md §7: every admission costs time and memory linear in its body). The shapes are what
+//! a tenant who may create a pod can send: a model URI of separators, a volume of many keys,
+//! thousands of root containers, deep nesting in an unread field, and so on.
+//!
+//! `cost_probe SHAPE BYTES [pod|deployment]` builds the review (compact JSON, as the API server
+//! sends it) and prints one JSON line: the body's size, each answer's size and whether it was
+//! allowed. `tests/cost_bounds.rs` runs it under callgrind at two sizes and checks that the
+//! instructions grow linearly; `docs/benchmarks.md` ("Hostile input") runs the release build
+//! on 3 MiB bodies. `cost_probe list` prints the shapes.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+// The allocator the binary uses (src/main.rs), so that the figures are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use modelgate::admission::{self, Context, Webhook};
+use modelgate::config::PolicyConfig;
+use modelgate::policy::Caches;
+
+/// The cache URI of `benches/reviews/caches.json`, downloaded on its node group: a URI below
+/// it matches, so the lookup and the hit's patch both run.
+const CACHE_URI: &str = "hf://meta-llama/Meta-Llama-3-8B";
+
+/// Inflates the reference pod to about the given number of bytes.
+type Inflate = fn(&mut Value, usize);
+
+/// The shapes, by name.
+const SHAPES: &[(&str, Inflate)] = &[
+    ("uri-slashes", |pod, n| {
+        set_uri(pod, format!("{CACHE_URI}{}", "/".repeat(n)))
+    }),
+    ("uri-segments", |pod, n| {
+        set_uri(pod, format!("{CACHE_URI}{}", "/a".repeat(n / 2)))
+    }),
+    ("uri-under-the-cap", |pod, n| {
+        // A model URI just under the 2 048-byte cap in every container's env, many times: the
+        // lookup itself is bounded, the body is not.
+        set_uri(pod, format!("{CACHE_URI}{}", "/a".repeat(1000)));
+        let env: Vec<Value> = (0..n / 2100)
+            .map(|i| json!({"name": format!("U{i}"), "value": "/a".repeat(1000)}))
+            .collect();
+        pod["spec"]["containers"][0]["env"] = Value::Array(env);
+    }),
+    ("volume-keys", |pod, n| {
+        let volumes = pod["spec"]["volumes"].as_array_mut().unwrap();
+        let cache = volumes
+            .iter_mut()
+            .find(|v| v["name"] == "model-cache")
+            .unwrap();
+        for i in 0..n / 14 {
+            cache[format!("k{i}")] = json!({});
+        }
+    }),
+    ("root-containers", |pod, n| {
+        let containers: Vec<Value> = (0..n / 70)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox", "securityContext": {"runAsUser": 0}}))
+            .collect();
+        pod["spec"]["containers"] = Value::Array(containers);
+    }),
+    ("nonroot-false-containers", |pod, n| {
+        let containers: Vec<Value> = (0..n / 80)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox", "securityContext": {"runAsNonRoot": false}}))
+            .collect();
+        pod["spec"]["containers"] = Value::Array(containers);
+    }),
+    ("init-containers", |pod, n| {
+        let init: Vec<Value> = (0..n / 60)
+            .map(|i| json!({"name": format!("i{i}"), "image": "busybox", "command": ["true"]}))
+            .collect();
+        pod["spec"]["initContainers"] = Value::Array(init);
+    }),
+    ("container-mounts", |pod, n| {
+        let mounts: Vec<Value> = (0..n / 60)
+            .map(|i| json!({"name": "model-cache", "mountPath": format!("/m/{i}")}))
+            .collect();
+        pod["spec"]["containers"][0]["volumeMounts"] = Value::Array(mounts);
+    }),
+    ("volumes", |pod, n| {
+        let volumes = pod["spec"]["volumes"].as_array_mut().unwrap();
+        for i in 0..n / 40 {
+            volumes.insert(0, json!({"name": format!("v{i}"), "emptyDir": {}}));
+        }
+    }),
+    ("annotations", |pod, n| {
+        let annotations = pod["metadata"]["annotations"].as_object_mut().unwrap();
+        for i in 0..n / 20 {
+            annotations.insert(format!("a/k{i}"), json!("v"));
+        }
+    }),
+    ("affinity-terms", |pod, n| {
+        let terms: Vec<Value> = (0..n / 90)
+            .map(|i| json!({"matchExpressions": [{"key": format!("k{i}"), "operator": "Exists"}]}))
+            .collect();
+        pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}});
+    }),
+    ("node-selector", |pod, n| {
+        let selector: serde_json::Map<String, Value> =
+            (0..n / 20).map(|i| (format!("k{i}"), json!("v"))).collect();
+        pod["spec"]["nodeSelector"] = Value::Object(selector);
+    }),
+    ("deep-unread-field", |pod, _| {
+        // Nesting in a field no rule reads: `main` puts `BYTES / 2` levels of arrays in place
+        // of the marker (a `Value` this deep could not be written by serde_json).
+        pod["spec"]["x-unread"] = json!(DEEP_MARKER);
+    }),
+    ("long-strings", |pod, n| {
+        pod["metadata"]["generateName"] = json!("g".repeat(n / 3));
+        pod["spec"]["containers"][0]["name"] = json!("c".repeat(n / 3));
+        pod["spec"]["containers"][0]["image"] = json!("i".repeat(n / 3));
+    }),
+];
+
+const DEEP_MARKER: &str = "cost-probe-deep-nesting";
+
+fn set_uri(pod: &mut Value, uri: String) {
+    pod["metadata"]["annotations"]["modelgate.io/model-uri"] = Value::String(uri);
+}
+
+/// The reference LLM serving pod of the benchmarks, with a writable model cache volume.
+fn reference_review(dir: &Path) -> Value {
+    let text = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");
+    let mut review: Value = serde_json::from_slice(&text).expect("JSON");
+    let pod = &mut review["request"]["object"];
+    let volumes = pod["spec"]["volumes"].as_array_mut().expect("volumes");
+    if !volumes.iter().any(|v| v["name"] == "model-cache") {
+        volumes
+            .push(json!({"name": "model-cache", "persistentVolumeClaim": {"claimName": "cache"}}));
+    }
+    review
+}
+
+/// The pod as the template of a Deployment (SPEC.md §11).
+fn as_deployment(review: &mut Value) {
+    let request = &mut review["request"];
+    let pod = request["object"].take();
+    request["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    request["resource"] = json!({"group": "apps", "version": "v1", "resource": "deployments"});
+    request["object"] = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "llm", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"app": "llama3"}},
+                 "template": {"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()}},
+    });
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let shape = args.next().unwrap_or_else(|| "list".into());
+    if shape == "list" {
+        for (name, _) in SHAPES {
+            println!("{name}");
+        }
+        return;
+    }
+    let bytes: usize = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("cost_probe SHAPE BYTES [pod|deployment]");
+    let deployment = args.next().as_deref() == Some("deployment");
+    let (_, inflate) = SHAPES
+        .iter()
+        .find(|(name, _)| *name == shape)
+        .unwrap_or_else(|| panic!("no shape {shape} (cost_probe list)"));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
+    let mut review = reference_review(&dir);
+    inflate(&mut review["request"]["object"], bytes);
+    if deployment {
+        as_deployment(&mut review);
+    }
+    let mut body = serde_json::to_string(&review).expect("JSON");
+    let marker = format!("\"{DEEP_MARKER}\"");
+    if body.contains(&marker) {
+        let depth = bytes / 2;
+        body = body.replacen(
+            &marker,
+            &format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+            1,
+        );
+    }
+    let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
+    let config = PolicyConfig::default();
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+        namespaces: modelgate::namespaces::Namespaces::none(),
+    };
+    let mutate = admission::review(Webhook::Mutate, body.as_bytes(), &ctx);
+    let validate = admission::review(Webhook::Validate, body.as_bytes(), &ctx);
+    println!(
+        "{}",
+        json!({
+            "shape": shape,
+            "body_bytes": body.len(),
+            "mutate": {"status": mutate.http_status, "allowed": mutate.summary.allowed,
+                       "answer_bytes": mutate.body.len()},
+            "validate": {"status": validate.http_status, "allowed": validate.summary.allowed,
+                         "answer_bytes": validate.body.len()},
+        })
+    );
+}

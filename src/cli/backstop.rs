@@ -1,0 +1,124 @@
+//! `modelgate backstop`: prints the ValidatingAdmissionPolicy and its binding that hold the
+//! policy inside the API server while the webhook does not answer (SPEC.md §13), as a YAML
+//! stream for `kubectl apply -f -`.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::backstop::{self, Selection};
+use crate::cli::policy::PolicyArgs;
+
+/// Prints the in-API-server policy (ValidatingAdmissionPolicy) and its binding.
+///
+/// The policy denies, inside the API server, what the validating webhook denies of security
+/// fields: a runAsUser outside 1..2147483647, a runAsGroup or fsGroup outside 0..2147483647,
+/// and a container other than modelgate's canonical model-cache-prep whose runAsNonRoot (its
+/// own, else the pod's) is not true; on the templates of workload controllers, the ranges
+/// only. It neither injects the prep container nor routes a model: while the webhook is down,
+/// compliant pods are created without them, and the others are refused with a message that
+/// names the field and says the backstop answered. Its binding selects the opted-in namespaces
+/// in enforce mode (the modelgate.io/mode label, else --default-mode). Give it the policy flags
+/// the webhook runs with.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example: modelgate backstop --namespace modelgate-system | kubectl apply -f -\n\
+                        With the backstop installed the webhooks can run with failurePolicy: Ignore \
+                        (docs/operations.md)."
+)]
+pub struct BackstopArgs {
+    /// Name of the ValidatingAdmissionPolicy and of its binding.
+    #[arg(long, env = "MODELGATE_BACKSTOP_NAME", default_value = backstop::DEFAULT_NAME)]
+    pub name: String,
+
+    /// The namespace modelgate runs in: exempt by default (with kube-system), and the namespace
+    /// of its service account, whose own requests are never judged.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "modelgate-system")]
+    pub namespace: String,
+
+    /// modelgate's service account (requests it makes are never judged, as by the webhooks).
+    #[arg(long, env = "MODELGATE_SERVICE_ACCOUNT", default_value = "modelgate")]
+    pub service_account: String,
+
+    /// A label KEY=VALUE a namespace must carry to be judged, as the webhooks'
+    /// namespaceSelector (repeatable).
+    #[arg(long = "opt-in-label", value_name = "KEY=VALUE", value_parser = parse_label,
+          default_value = "modelgate.io/inject=enabled", env = "MODELGATE_OPT_IN_LABEL",
+          value_delimiter = ',')]
+    pub opt_in_labels: Vec<(String, String)>,
+
+    /// Pods and templates of this priority class are never judged, as the webhooks'
+    /// matchConditions leave them out (repeatable).
+    #[arg(
+        long = "exclude-priority-class",
+        value_name = "CLASS",
+        env = "MODELGATE_EXCLUDE_PRIORITY_CLASS",
+        value_delimiter = ','
+    )]
+    pub exclude_priority_classes: Vec<String>,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+impl BackstopArgs {
+    /// The policy settings and the namespace selection the objects are generated from.
+    pub fn into_parts(mut self) -> (crate::config::PolicyConfig, Selection) {
+        if self.policy.exempt_namespaces.is_empty() {
+            self.policy.exempt_namespaces = vec!["kube-system".to_string()];
+            if self.namespace != "kube-system" {
+                self.policy.exempt_namespaces.push(self.namespace.clone());
+            }
+        }
+        let mut selection = Selection::new(&self.namespace, &self.service_account);
+        selection.name = self.name;
+        selection.match_labels = self.opt_in_labels.into_iter().collect::<BTreeMap<_, _>>();
+        selection.exclude_priority_classes = self.exclude_priority_classes;
+        (self.policy.into_config(), selection)
+    }
+}
+
+/// The objects as a YAML stream, one document each.
+pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
+    let (cfg, selection) = args.into_parts();
+    let mut out = String::new();
+    for object in backstop::objects(&cfg, &selection) {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&object)?);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(args: BackstopArgs) -> ExitCode {
+    match render(args) {
+        Ok(text) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the objects: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

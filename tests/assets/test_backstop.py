@@ -1,0 +1,155 @@
+"""The backstop (SPEC.md section 13): `modelgate backstop` prints objects that pass the Kubernetes
+schema strictly, and the chart's backstop.enabled renders the same objects as the binary does for
+the same values (the chart cannot run the binary, so this test is what keeps them equal)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from k8s import load, of_kind, one, policy_flags
+from tools import NS, Assets, run
+
+KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def binary(modelgate_bin: Path, work: Path, name: str, *args: str) -> Path:
+    out = run(modelgate_bin, "backstop", *args, env={"PATH": "/usr/bin:/bin"}).stdout
+    path = work / f"printed-{name}.yaml"
+    path.write_text(out)
+    return path
+
+
+def without_labels(doc: dict) -> dict:
+    doc = dict(doc)
+    doc["metadata"] = {k: v for k, v in doc["metadata"].items() if k != "labels"}
+    return doc
+
+
+def test_the_binarys_objects_pass_the_schema_strictly(assets: Assets, modelgate_bin: Path) -> None:
+    path = binary(modelgate_bin, assets.work, "default")
+    docs = load(str(path))
+    assert [d["kind"] for d in docs] == list(KINDS)
+    assert assets.validate(path) == 2
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert "paramKind" not in policy["spec"]
+    assert one(docs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_help_says_what_it_prints(modelgate_bin: Path) -> None:
+    out = run(modelgate_bin, "backstop", "--help").stdout
+    assert "ValidatingAdmissionPolicy" in out and "--default-mode" in out and "--opt-in-label" in out
+
+
+VALUES = {
+    "defaults": [],
+    "other policy": [
+        "--set",
+        "runAsUser=none,runAsGroup=none,defaultFSGroup=0,modelCachePrep=never,defaultMode=audit",
+        "--set",
+        "initContainer.user=4242,cacheVolume=weights,cacheMountPath=/var/cache/models",
+        "--set-string",
+        "initContainer.image=registry.example/busybox:1.36",
+    ],
+    "exemptions and priority classes": [
+        "--set",
+        "exemptNamespaces={team-x,team-y}",
+        "--set",
+        "matchConditions.excludePriorityClasses={system-node-critical}",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_the_chart_renders_what_the_binary_prints(assets: Assets, modelgate_bin: Path, name: str) -> None:
+    rendered = assets.render(f"backstop-{name}", "--set", "backstop.enabled=true", *VALUES[name])
+    docs = load(str(rendered))
+    chart = [d for d in docs if d["kind"] in KINDS]
+    assert [d["kind"] for d in chart] == list(KINDS)
+    # The binary gets the flags the chart gives `serve`, and the chart's names.
+    known = run(modelgate_bin, "backstop", "--help").stdout
+    flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known and k != "--exempt-namespace"]
+    args = [a for a in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]]
+    exempt = [a for a in args if a.startswith("--exempt-namespace=")]
+    classes = [f"--exclude-priority-class={c}" for c in (["system-node-critical"] if "priority" in name else [])]
+    sa = one(docs, "ServiceAccount")["metadata"]["name"]
+    out = binary(
+        modelgate_bin,
+        assets.work,
+        name,
+        *flags,
+        *exempt,
+        *classes,
+        "--name",
+        chart[0]["metadata"]["name"],
+        "--namespace",
+        NS,
+        "--service-account",
+        sa,
+    )
+    printed = load(str(out))
+    for got, want in zip(chart, printed, strict=True):
+        assert without_labels(got) == without_labels(want), got["kind"]
+
+
+def test_the_charts_objects_pass_the_schema_strictly(assets: Assets) -> None:
+    path = assets.render("backstop-defaults", "--set", "backstop.enabled=true")
+    docs = load(str(path))
+    assert len([d for d in docs if d["kind"] in KINDS]) == 2
+    assets.validate(path)
+
+
+def test_the_backstop_makes_ignore_the_webhooks_default(assets: Assets) -> None:
+    def policies(path: Path) -> list[str]:
+        hooks = [
+            h
+            for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for c in of_kind(load(str(path)), kind)
+            for h in c["webhooks"]
+        ]
+        return sorted({h["failurePolicy"] for h in hooks})
+
+    assert policies(assets.render("no-backstop")) == ["Fail"]
+    assert not [d for d in load(str(assets.render("no-backstop"))) if d["kind"] in KINDS]
+    assert policies(assets.render("backstop-defaults", "--set", "backstop.enabled=true")) == ["Ignore"]
+    explicit = assets.render("backstop-fail", "--set", "backstop.enabled=true,failurePolicy=Fail")
+    assert policies(explicit) == ["Fail"]
+
+
+def test_auto_installs_the_backstop_where_the_cluster_serves_it(assets: Assets) -> None:
+    """backstop.enabled defaults to auto: on where the API server serves ValidatingAdmissionPolicy
+    v1 (what helm install reads from discovery; --api-versions stands in for it here)."""
+    vap = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+    served = load(str(assets.render("backstop-auto-served", "--api-versions", vap)))
+    assert sorted(d["kind"] for d in served if d["kind"] in KINDS) == sorted(KINDS)
+    hooks = [h for d in served if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
+    assert {h["failurePolicy"] for h in hooks} == {"Ignore"}
+    assert not [d for d in load(str(assets.render("no-backstop"))) if d["kind"] in KINDS]
+    off = load(str(assets.render("backstop-off-served", "--api-versions", vap, "--set", "backstop.enabled=false")))
+    assert not [d for d in off if d["kind"] in KINDS]
+
+
+def test_the_kustomize_component_is_the_binarys_output_for_the_base_policy(assets: Assets, modelgate_bin: Path) -> None:
+    component = assets.manifests / "components" / "backstop"
+    overlay = assets.work / "overlay-backstop"
+    overlay.mkdir(exist_ok=True)
+    rel = os.path.relpath(assets.manifests, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{rel}/base]\ncomponents: [{rel}/components/backstop]\n"
+    )
+    rendered = assets.work / "k-backstop.yaml"
+    rendered.write_text(run(assets.tool("kubectl"), "kustomize", overlay).stdout)
+    docs = load(str(rendered))
+    known = run(modelgate_bin, "backstop", "--help").stdout
+    flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known]
+    printed = load(str(binary(modelgate_bin, assets.work, "base", *flags, "--namespace", NS)))
+    assert load(str(component / "backstop.yaml")) == printed
+    hooks = [
+        h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for c in of_kind(docs, kind) for h in c["webhooks"]
+    ]
+    assert {h["failurePolicy"] for h in hooks} == {"Ignore"} and len(hooks) == 3
+    assets.validate(rendered)

@@ -897,7 +897,7 @@ fn kserve_samples_are_allowed_and_the_job_gets_the_policy() {
             assert!(line.contains("InferenceService"), "{line}");
             assert!(line.contains("allowed, 0 patch operations"), "{line}");
             // serving.kserve.io/v1alpha2 InferenceService (an old sample) is no version KServe
-            // serves today, so not a row of the table.
+            // serves, so not a row of the table.
             assert!(
                 !line.contains("warnings")
                     || line.ends_with(

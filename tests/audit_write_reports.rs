@@ -8,7 +8,8 @@
 //! modelgate's reports (by label) whose workload is gone deleted, nobody else's, and only in
 //! the namespaces audited; a refused write named with its object and the API's reason while the
 //! others are still written (exit 2); nothing written or deleted when the workloads could not
-//! all be listed.
+//! all be listed. The exit code says whether the reports were written, not what they found: 0
+//! with a denied workload among them, 1 for it only with `--fail-on-findings`.
 
 #[path = "support/audit.rs"]
 mod audit_support;
@@ -228,13 +229,31 @@ fn assert_lists_by_label(requests: &[ReportRequest]) {
     }
 }
 
+/// SPEC.md §10: under --write-reports the findings are the reports' content; the exit code says
+/// whether they were written (0), and --fail-on-findings brings back the 1 for a denial. A
+/// refused write is 2 either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_reports_exits_0_with_findings_and_1_only_with_fail_on_findings() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    assert_exit(&audit_cluster(&api, &["--write-reports"]).await, 0);
+    let failing = audit_cluster(&api, &["--write-reports", "--fail-on-findings"]).await;
+    assert_exit(&failing, 1);
+    assert_summary(&failing, "9 applied, 0 deleted, 0 refused");
+    // Without --write-reports, a denial is 1 as in `review`, with or without the flag.
+    assert_exit(&audit_cluster(&api, &[]).await, 1);
+    api.forbid_report_writes("team-b");
+    let refused = audit_cluster(&api, &["--write-reports", "--fail-on-findings"]).await;
+    assert_exit(&refused, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_workload_gets_one_report_applied_by_modelgate_and_owned_by_the_workload() {
     let api = FakeApiServer::start(&[]).await;
     populate(&api);
     let run = audit_cluster(&api, &["--write-reports"]).await;
-    // Deployment team-a/web is denied: exit codes as without reports.
-    assert_exit(&run, 1);
+    // Deployment team-a/web is denied: a finding the reports carry, not a failure of the run.
+    assert_exit(&run, 0);
     assert_summary(&run, "9 applied, 0 deleted, 0 refused");
 
     let want = expected(&api, &[]);
@@ -275,12 +294,12 @@ async fn a_second_run_applies_the_same_reports_in_place_reading_the_reports_in_p
     let api = FakeApiServer::start(&[]).await;
     populate(&api);
     let first = audit_cluster(&api, &["--write-reports"]).await;
-    assert_exit(&first, 1);
+    assert_exit(&first, 0);
     let before = api.reports(REPORTS);
     let seen = api.report_requests().len();
 
     let second = audit_cluster(&api, &["--write-reports", "--page-size", "2"]).await;
-    assert_exit(&second, 1);
+    assert_exit(&second, 0);
     assert_summary(&second, "9 applied, 0 deleted, 0 refused");
     let after = api.reports(REPORTS);
     assert_eq!(keys(&after), keys(&before), "same names, same set");
@@ -344,7 +363,7 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
     );
 
     let run = audit_cluster(&api, &["--write-reports", "--page-size", "2"]).await;
-    assert_exit(&run, 1);
+    assert_exit(&run, 0);
     assert_summary(&run, "9 applied, 2 deleted, 0 refused");
     let requests = api.report_requests();
     assert_server_side_applies(&requests);
@@ -368,7 +387,7 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
     api.remove_workload("pods", "team-b", "ok");
     let seen = api.report_requests().len();
     let run = audit_cluster(&api, &["--write-reports"]).await;
-    assert_exit(&run, 1);
+    assert_exit(&run, 0);
     assert_summary(&run, "8 applied, 1 deleted, 0 refused");
     assert_eq!(
         targets(&since(&api, seen), ReportRequest::is_delete),
@@ -386,7 +405,7 @@ async fn with_namespace_only_those_namespaces_are_written_and_pruned() {
     api.seed_report(REPORTS, "modelgate", stale_report("team-b", gone, ours()));
 
     let run = audit_cluster(&api, &["-n", "team-a", "--write-reports"]).await;
-    assert_exit(&run, 1);
+    assert_exit(&run, 0);
     assert_summary(&run, "2 applied, 1 deleted, 0 refused");
     let requests = api.report_requests();
     assert!(
@@ -510,7 +529,7 @@ async fn report_api_policyreport_writes_and_prunes_wgpolicyk8s_policyreports() {
     api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
 
     let run = audit_cluster(&api, &["--write-reports", "--report-api", "policyreport"]).await;
-    assert_exit(&run, 1);
+    assert_exit(&run, 0);
     assert_summary(&run, "9 applied, 1 deleted, 0 refused");
     let want = expected(&api, &[]);
     let stored = api.reports(POLICY_REPORTS);
@@ -551,7 +570,7 @@ async fn a_denied_workload_fails_with_the_rule_message_and_a_patched_one_carries
     let api = FakeApiServer::start(&[]).await;
     populate(&api);
     let run = audit_cluster(&api, &["--write-reports"]).await;
-    assert_exit(&run, 1);
+    assert_exit(&run, 0);
     let report = |plural: &str, ns: &str, name: &str| {
         api.report(REPORTS, ns, &report_name(&api, plural, ns, name))
             .unwrap_or_else(|| panic!("no report of {plural} {ns}/{name}"))

@@ -285,6 +285,10 @@ enum Expect {
     /// Allowed by both endpoints, no patch, no warning: UPDATE/DELETE/status requests, exempt
     /// namespaces, and pods that already satisfy the policy.
     Untouched,
+    /// §12 partial templates (InferenceService, LLMInferenceService): /mutate allows with no
+    /// patch and no warning (never registered for them); /validate allows, warning of what a
+    /// template says against the policy, naming its path.
+    Partial,
     /// Denied by both endpoints (§6, and §3 "also by the mutating endpoint"). Each `both`
     /// fragment (`path: value`) is named by both messages, each `validate_also` fragment by the
     /// validating one.
@@ -733,6 +737,18 @@ fn check_expectation(o: &Outcome, expect: &Expect) {
                 m.warnings[0]
             );
         }
+        Expect::Partial => {
+            assert!(
+                m.allowed && v.allowed,
+                "{label}: partial templates are never denied"
+            );
+            assert_eq!((&m.ops, &v.ops), (&None, &None), "{label}: never patched");
+            assert_eq!(m.warnings, Vec::<String>::new(), "{label}");
+            for w in &v.warnings {
+                assert!(w.contains("(a partial template"), "{label}: {w}");
+                assert!(w.starts_with("spec."), "{label}: the path is named: {w}");
+            }
+        }
         Expect::Untouched => {
             assert!(m.allowed, "{label}: /mutate denied: {}", m.message);
             assert!(v.allowed, "{label}: /validate denied: {}", v.message);
@@ -872,6 +888,13 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
 
     for (rel, name, review) in corpus_reviews(&corpus) {
         let request_kind = review["request"]["kind"]["kind"].as_str().unwrap_or("");
+        if is_partial(&review) {
+            let o = examine(&format!("{rel} {name}"), review.clone(), &ctx);
+            check_expectation(&o, &Expect::Partial);
+            *by_outcome.entry("partial").or_default() += 1;
+            *per_file.entry(rel.clone()).or_default() += 1;
+            continue;
+        }
         if is_controller(&review) {
             // Judged through their pods: corpus_controllers_are_judged_as_their_pods_will_be.
             *by_outcome.entry("controller").or_default() += 1;
@@ -914,6 +937,7 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
         let key = match expect {
             Expect::Other => "other",
             Expect::Untouched => "untouched",
+            Expect::Partial => "partial",
             Expect::Denied { .. } => "denied",
             Expect::Mutated { .. } => "mutated",
             Expect::Unanswerable => "unanswerable",
@@ -946,27 +970,42 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
     );
 }
 
-/// A review of a workload controller (SPEC.md §11).
-fn is_controller(review: &Value) -> bool {
+/// The row of the workload-kind table a review is for (SPEC.md §11, §12).
+fn table_row(review: &Value) -> Option<modelgate::admission::KindEntry> {
     let kind = &review["request"]["kind"];
     let field = |k: &str| kind[k].as_str().unwrap_or("");
-    modelgate::admission::WorkloadKind::of(field("group"), field("version"), field("kind"))
-        .is_some_and(|k| k.is_controller())
+    modelgate::admission::WorkloadKinds::defaults()
+        .find(field("group"), field("version"), field("kind"))
+        .cloned()
+}
+
+/// A review of a kind with one complete template (the controllers of SPEC.md §11).
+fn is_controller(review: &Value) -> bool {
+    table_row(review).is_some_and(|r| r.templates.len() == 1 && !r.is_partial())
+}
+
+/// A review of a kind whose templates are all partial (SPEC.md §12).
+fn is_partial(review: &Value) -> bool {
+    table_row(review).is_some_and(|r| r.is_partial())
 }
 
 /// What the pods of a controller would get: the Pod of its template (as `audit` makes it)
 /// through `/mutate`, the patch applied, then `/validate`.
 fn pods_decision(label: &str, controller: &Value, namespace: &str, ctx: &Context) -> Answer {
-    let target = match modelgate::audit::extract(controller.clone(), namespace) {
-        Ok(modelgate::audit::Extracted::Target(t)) => t,
-        other => panic!("{label}: no pod template: {other:?}"),
+    static TABLE: std::sync::OnceLock<modelgate::admission::WorkloadKinds> =
+        std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(Default::default);
+    let target = match modelgate::audit::extract(controller.clone(), namespace, table) {
+        Ok(modelgate::audit::Extracted::Target(t)) if t.parts.len() == 1 => t,
+        other => panic!("{label}: not one pod template: {other:?}"),
     };
-    let review = create_review("pod-of-template", &target.object, namespace);
+    let pod = &target.parts[0].object;
+    let review = create_review("pod-of-template", pod, namespace);
     let mutated = call(Webhook::Mutate, &review, ctx);
     if !mutated.allowed {
         return mutated;
     }
-    let patched = apply(&target.object, mutated.patch());
+    let patched = apply(pod, mutated.patch());
     call(Webhook::Validate, &with_object(&review, patched), ctx)
 }
 
@@ -1550,15 +1589,21 @@ fn kserve_cache_objects_and_samples_reviewed_as_objects_are_other_kinds() {
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
     };
-    // InferenceService, LLMInferenceService, LocalModelCache, LocalModelNodeGroup: with the
-    // caches loaded they are still not intercepted.
+    // LocalModelCache, LocalModelNodeGroup: with the caches loaded they are still not
+    // intercepted; InferenceService and LLMInferenceService are judged on their partial
+    // templates only (SPEC.md §12).
     let mut n = 0;
     for (rel, name, review) in corpus_reviews(&corpus) {
         if !rel.starts_with("kserve/") || review["request"]["kind"]["kind"] == "Job" {
             continue;
         }
+        let expect = if is_partial(&review) {
+            Expect::Partial
+        } else {
+            Expect::Other
+        };
         let o = examine(&format!("{rel} {name}"), review, &ctx);
-        check_expectation(&o, &Expect::Other);
+        check_expectation(&o, &expect);
         n += 1;
     }
     assert!(n >= 14, "only {n} KServe objects");

@@ -4,12 +4,18 @@
 //! 50 000 pods is read a page at a time and each page is evaluated and dropped before the next
 //! one is asked for.
 //!
+//! The kinds of the workload-kind table are listed only where the cluster serves them (its
+//! discovery documents say which versions of which resources it serves); the others are named
+//! in one note and skipped, since a cluster without Ray has no RayCluster to audit.
+//!
 //! The audit is all or nothing: when one list fails (a namespace the user may not read, an
 //! expired `continue` token), the error names the resource and the namespace, and no report is
 //! written, so that a partial count is never taken for the cluster's.
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde_json::Value;
+
+use crate::admission::{Scope, WorkloadKinds};
 
 use super::AuditedKind;
 
@@ -26,7 +32,7 @@ pub enum ListError {
          no report is written (leave the namespace out, or get list permission on {plural} there)"
     )]
     Namespace {
-        plural: &'static str,
+        plural: String,
         namespace: String,
         reason: String,
     },
@@ -34,10 +40,12 @@ pub enum ListError {
         "cannot list {plural} in all namespaces: {reason}; the audit is incomplete, so no report \
          is written (audit the namespaces you can read with --namespace NS)"
     )]
-    AllNamespaces {
-        plural: &'static str,
-        reason: String,
-    },
+    AllNamespaces { plural: String, reason: String },
+    #[error(
+        "cannot read the API discovery of {api_version}: {reason}; the audit is incomplete, so \
+         no report is written"
+    )]
+    Discovery { api_version: String, reason: String },
     #[error("cannot start the runtime for the cluster client: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -55,8 +63,8 @@ pub(crate) fn reason(e: &kube::Error) -> String {
     }
 }
 
-fn api_resource(kind: AuditedKind) -> ApiResource {
-    let (group, version) = kind.group_version();
+fn api_resource(kind: AuditedKind, version: &str) -> ApiResource {
+    let (group, _) = kind.group_version();
     ApiResource {
         group: group.into(),
         version: version.into(),
@@ -70,35 +78,93 @@ fn api_resource(kind: AuditedKind) -> ApiResource {
     }
 }
 
-/// Lists every audited kind, in every namespace (`namespaces` empty) or in each of
-/// `namespaces`, `page_size` objects per call, and hands each page to `on_page` (objects with
-/// their `apiVersion` and `kind`, which list items do not carry).
+/// The version of `kind` the cluster serves (the first of the row's versions it serves), or
+/// `None` when it serves none. Discovery documents are read once per group and version.
+async fn served_version(
+    client: &kube::Client,
+    kind: AuditedKind,
+    seen: &mut std::collections::BTreeMap<String, Option<Vec<String>>>,
+) -> Result<Option<String>, ListError> {
+    let AuditedKind::Table(entry) = kind else {
+        return Ok(Some(kind.group_version().1.to_string()));
+    };
+    for version in &entry.versions {
+        let api_version = if entry.group.is_empty() {
+            version.clone()
+        } else {
+            format!("{}/{version}", entry.group)
+        };
+        if !seen.contains_key(&api_version) {
+            let listed = if entry.group.is_empty() {
+                client.list_core_api_resources(version).await
+            } else {
+                client.list_api_group_resources(&api_version).await
+            };
+            let plurals = match listed {
+                Ok(list) => Some(list.resources.into_iter().map(|r| r.name).collect()),
+                Err(kube::Error::Api(s)) if s.code == 404 => None,
+                Err(e) => {
+                    return Err(ListError::Discovery {
+                        api_version,
+                        reason: reason(&e),
+                    });
+                }
+            };
+            seen.insert(api_version.clone(), plurals);
+        }
+        if seen[&api_version]
+            .as_ref()
+            .is_some_and(|plurals| plurals.contains(&entry.plural))
+        {
+            return Ok(Some(version.clone()));
+        }
+    }
+    Ok(None)
+}
+
+/// Lists every audited kind the cluster serves, in every namespace (`namespaces` empty) or in
+/// each of `namespaces` (cluster-scoped kinds only when `namespaces` is empty), `page_size`
+/// objects per call, and hands each page to `on_page` (objects with their `apiVersion` and
+/// `kind`, which list items do not carry). Returns the kinds of the table the cluster does not
+/// serve, skipped.
 pub async fn list_workloads(
     client: &kube::Client,
+    table: &'static WorkloadKinds,
     namespaces: &[String],
     page_size: u32,
     mut on_page: impl FnMut(AuditedKind, Vec<Value>),
-) -> Result<(), ListError> {
+) -> Result<Vec<String>, ListError> {
     let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
         vec![None]
     } else {
         namespaces.iter().map(|n| Some(n.as_str())).collect()
     };
-    for kind in AuditedKind::ALL {
-        let ar = api_resource(kind);
-        for scope in &scopes {
+    let mut seen = std::collections::BTreeMap::new();
+    let mut skipped = Vec::new();
+    for kind in AuditedKind::all(table) {
+        let Some(version) = served_version(client, kind, &mut seen).await? else {
+            skipped.push(kind.display());
+            continue;
+        };
+        let ar = api_resource(kind, &version);
+        let cluster_scoped = matches!(kind, AuditedKind::Table(e) if e.scope == Scope::Cluster);
+        if cluster_scoped && !namespaces.is_empty() {
+            continue;
+        }
+        let kind_scopes: &[Option<&str>] = if cluster_scoped { &[None] } else { &scopes };
+        for scope in kind_scopes {
             let api: Api<DynamicObject> = match scope {
                 Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
                 None => Api::all_with(client.clone(), &ar),
             };
             let fail = |e: kube::Error| match scope {
                 Some(ns) => ListError::Namespace {
-                    plural: kind.plural(),
+                    plural: kind.plural().to_string(),
                     namespace: ns.to_string(),
                     reason: reason(&e),
                 },
                 None => ListError::AllNamespaces {
-                    plural: kind.plural(),
+                    plural: kind.plural().to_string(),
                     reason: reason(&e),
                 },
             };
@@ -124,5 +190,5 @@ pub async fn list_workloads(
             }
         }
     }
-    Ok(())
+    Ok(skipped)
 }

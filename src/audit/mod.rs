@@ -21,53 +21,52 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::admission::{self, Context, Decision, DecodeError, Request, Webhook, WorkloadKind};
+use crate::admission::{
+    self, Completeness, Context, Decision, DecodeError, KindEntry, Request, Shape, Webhook,
+    WorkloadKind, WorkloadKinds,
+};
 use crate::policy::Rule;
 pub use rules::{RuleResult, Status};
 
-/// The kinds `audit` evaluates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// The kinds `audit` evaluates: Pods, Jobs, and the kinds of the workload-kind table
+/// (SPEC.md §11, §12), whose rows the audit's table holds for the whole run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AuditedKind {
     Pod,
     Job,
-    CronJob,
-    Deployment,
-    StatefulSet,
-    DaemonSet,
-    ReplicaSet,
+    Table(&'static KindEntry),
+}
+
+impl Serialize for AuditedKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 impl AuditedKind {
-    pub const ALL: [AuditedKind; 7] = [
-        AuditedKind::Pod,
-        AuditedKind::Job,
-        AuditedKind::CronJob,
-        AuditedKind::Deployment,
-        AuditedKind::StatefulSet,
-        AuditedKind::DaemonSet,
-        AuditedKind::ReplicaSet,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.workload_kind().as_str()
+    /// Every kind of `table`: Pods, Jobs, then the table's rows.
+    pub fn all(table: &'static WorkloadKinds) -> Vec<AuditedKind> {
+        [AuditedKind::Pod, AuditedKind::Job]
+            .into_iter()
+            .chain(table.entries().iter().map(AuditedKind::Table))
+            .collect()
     }
 
-    /// The kind as admission knows it.
-    pub fn workload_kind(self) -> WorkloadKind {
+    pub fn as_str(self) -> &'static str {
         match self {
-            AuditedKind::Pod => WorkloadKind::Pod,
-            AuditedKind::Job => WorkloadKind::Job,
-            AuditedKind::CronJob => WorkloadKind::CronJob,
-            AuditedKind::Deployment => WorkloadKind::Deployment,
-            AuditedKind::StatefulSet => WorkloadKind::StatefulSet,
-            AuditedKind::DaemonSet => WorkloadKind::DaemonSet,
-            AuditedKind::ReplicaSet => WorkloadKind::ReplicaSet,
+            AuditedKind::Pod => "Pod",
+            AuditedKind::Job => "Job",
+            AuditedKind::Table(e) => &e.kind,
         }
     }
 
-    /// API group and version as served today.
+    /// API group and version (a table row's first version).
     pub fn group_version(self) -> (&'static str, &'static str) {
-        self.workload_kind().group_version()
+        match self {
+            AuditedKind::Pod => WorkloadKind::Pod.group_version(),
+            AuditedKind::Job => WorkloadKind::Job.group_version(),
+            AuditedKind::Table(e) => (&e.group, e.versions.first().map_or("", String::as_str)),
+        }
     }
 
     /// The resource name in API paths (`deployments`).
@@ -75,38 +74,99 @@ impl AuditedKind {
         match self {
             AuditedKind::Pod => "pods",
             AuditedKind::Job => "jobs",
-            AuditedKind::CronJob => "cronjobs",
-            AuditedKind::Deployment => "deployments",
-            AuditedKind::StatefulSet => "statefulsets",
-            AuditedKind::DaemonSet => "daemonsets",
-            AuditedKind::ReplicaSet => "replicasets",
+            AuditedKind::Table(e) => &e.plural,
         }
+    }
+
+    /// `group/Kind` for a kind outside the core and batch groups, else the kind: how notes
+    /// name it.
+    pub fn display(self) -> String {
+        match self {
+            AuditedKind::Table(e) => e.display(),
+            other => other.as_str().to_string(),
+        }
+    }
+
+    /// Whether its objects live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, AuditedKind::Table(e) if e.scope == admission::Scope::Cluster)
     }
 
     /// The kind of an object, by its `apiVersion` and its `kind`.
-    pub fn of(api_version: &str, kind: &str) -> Option<AuditedKind> {
-        let kind = WorkloadKind::of_api_version(api_version, kind)?;
-        AuditedKind::ALL
-            .into_iter()
-            .find(|k| k.workload_kind() == kind)
-    }
-
-    /// Where the fields of the evaluated Pod or Job are inside an object of this kind: nothing
-    /// for a Pod or a Job (evaluated as themselves), the pod template's path for a controller.
-    fn field_prefix(self) -> String {
-        let kind = self.workload_kind();
-        if !kind.is_controller() {
-            return String::new();
+    pub fn of(table: &'static WorkloadKinds, api_version: &str, kind: &str) -> Option<AuditedKind> {
+        if let Some(entry) = table.find_api_version(api_version, kind) {
+            return Some(AuditedKind::Table(entry));
         }
-        kind.pod_template_path()
-            .unwrap_or_default()
-            .iter()
-            .map(|key| format!("{key}."))
-            .collect()
+        match WorkloadKind::of_api_version(api_version, kind)? {
+            WorkloadKind::Pod => Some(AuditedKind::Pod),
+            WorkloadKind::Job => Some(AuditedKind::Job),
+            _ => None,
+        }
     }
 }
 
-/// One object to evaluate: the Pod or Job that stands for it.
+/// One pod an object stands for: a Pod or a Job itself, or a complete template of a table
+/// kind as the Pod its controller would create.
+#[derive(Debug)]
+pub struct Part {
+    /// Where the Pod's `metadata` and `spec` are inside the object (field path and JSON
+    /// pointer), `None` for a Pod or a Job, which are evaluated as themselves:
+    /// `spec.template.metadata`/`spec.template.spec` for a Deployment,
+    /// `spec.workerGroupSpecs[1].template.…` for a RayCluster, the bare pod spec's own path for
+    /// a PodSpec-shaped template.
+    pub at: Option<TemplatePlace>,
+    /// The Pod (or Job) admission would see.
+    pub object: Value,
+}
+
+/// Where a template's pod is inside its object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplatePlace {
+    pub metadata: (String, String),
+    pub spec: (String, String),
+}
+
+impl Part {
+    /// A field of the evaluated Pod (`spec.containers[0]…`) in the workload's own terms.
+    pub fn field(&self, field: &str) -> String {
+        self.map(field, '.', |p| (&p.metadata.0, &p.spec.0))
+    }
+
+    /// A JSON pointer into the evaluated Pod (`/spec/securityContext`) in the workload's terms.
+    pub fn pointer(&self, pointer: &str) -> String {
+        let Some(inner) = pointer.strip_prefix('/') else {
+            return pointer.to_string();
+        };
+        format!(
+            "/{}",
+            self.map(inner, '/', |p| (&p.metadata.1, &p.spec.1))
+                .trim_start_matches('/')
+        )
+    }
+
+    fn map(
+        &self,
+        path: &str,
+        sep: char,
+        place: impl Fn(&TemplatePlace) -> (&String, &String),
+    ) -> String {
+        let Some(at) = &self.at else {
+            return path.to_string();
+        };
+        let (metadata, spec) = place(at);
+        let (head, rest) = match path.split_once([sep, '[']) {
+            Some((head, _)) => (head, &path[head.len()..]),
+            None => (path, ""),
+        };
+        match head {
+            "spec" => format!("{spec}{rest}"),
+            "metadata" => format!("{metadata}{rest}"),
+            _ => path.to_string(),
+        }
+    }
+}
+
+/// One object to evaluate: the pods that stand for it.
 #[derive(Debug)]
 pub struct Target {
     pub kind: AuditedKind,
@@ -116,8 +176,13 @@ pub struct Target {
     pub name: String,
     /// The workload's `metadata.uid`, when it has one (always from the cluster).
     pub uid: Option<String>,
-    /// The Pod (or Job) admission would see.
-    pub object: Value,
+    /// The pods of its complete templates (one for a Pod or a Job; none for a kind whose
+    /// templates are all partial or absent).
+    pub parts: Vec<Part>,
+    /// What its partial templates say that their pods would be denied for (warnings).
+    pub partial: Vec<crate::policy::Violation>,
+    /// The object itself, as read, for the findings of its partial templates.
+    source: Option<Value>,
 }
 
 /// What [`extract`] makes of one object.
@@ -130,16 +195,20 @@ pub enum Extracted {
     NotAWorkload,
 }
 
-/// The object (with `apiVersion` and `kind`) as the thing admission would see. `default_ns`
+/// The object (with `apiVersion` and `kind`) as the things admission would see. `default_ns`
 /// names the namespace of an object that names none. An audited kind without what admission
-/// needs (its template) is an error saying what is missing.
-pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> {
+/// needs is an error saying what is missing.
+pub fn extract(
+    value: Value,
+    default_ns: &str,
+    table: &'static WorkloadKinds,
+) -> Result<Extracted, String> {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or("");
     let kind_name = value.get("kind").and_then(Value::as_str).unwrap_or("");
-    let Some(kind) = AuditedKind::of(api_version, kind_name) else {
+    let Some(kind) = AuditedKind::of(table, api_version, kind_name) else {
         return Ok(Extracted::NotAWorkload);
     };
     let controller = value
@@ -152,7 +221,9 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
         .and_then(|r| r.get("kind"))
         .and_then(Value::as_str);
     match (kind, controller) {
-        (AuditedKind::ReplicaSet, Some("Deployment")) => {
+        (AuditedKind::Table(e), Some("Deployment"))
+            if e.group == "apps" && e.kind == "ReplicaSet" =>
+        {
             return Ok(Extracted::Owned("ReplicaSet controlled by a Deployment"));
         }
         (AuditedKind::Job, Some("CronJob")) => {
@@ -166,17 +237,30 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
             .filter(|s| !s.is_empty())
             .map(str::to_string)
     };
-    let namespace = meta(&value, "namespace").unwrap_or_else(|| default_ns.to_string());
+    let namespace = meta(&value, "namespace").unwrap_or_else(|| {
+        if kind.namespaced() {
+            default_ns.to_string()
+        } else {
+            String::new()
+        }
+    });
     let name = meta(&value, "name")
         .or_else(|| meta(&value, "generateName"))
         .unwrap_or_default();
     let uid = meta(&value, "uid");
     let api_version = api_version.to_string();
-    let object = if kind.workload_kind().is_controller() {
-        let template = take_template(&mut value, kind.workload_kind())?;
-        from_template(template, "v1", "Pod", &namespace, &name)
-    } else {
-        value
+    let (parts, source) = match kind {
+        AuditedKind::Table(entry) => (
+            template_parts(entry, &value, &namespace, &name)?,
+            Some(value),
+        ),
+        _ => (
+            vec![Part {
+                at: None,
+                object: value,
+            }],
+            None,
+        ),
     };
     Ok(Extracted::Target(Target {
         kind,
@@ -184,18 +268,68 @@ pub fn extract(mut value: Value, default_ns: &str) -> Result<Extracted, String> 
         namespace,
         name,
         uid,
-        object,
+        parts,
+        partial: Vec::new(),
+        source,
     }))
 }
 
-fn take_template(value: &mut Value, kind: WorkloadKind) -> Result<Map<String, Value>, String> {
-    let pointer = kind.pod_template_pointer();
-    let field = pointer.trim_start_matches('/').replace('/', ".");
-    match value.pointer_mut(&pointer).map(Value::take) {
-        Some(Value::Object(t)) => Ok(t),
-        Some(_) => Err(format!("{field} is not an object")),
-        None => Err(format!("{field} is missing")),
+/// The Pods of the complete templates of an object of a table kind.
+fn template_parts(
+    entry: &KindEntry,
+    value: &Value,
+    namespace: &str,
+    owner: &str,
+) -> Result<Vec<Part>, String> {
+    let text = value.to_string();
+    let found = admission::templates_of(entry, &text)?;
+    let mut parts = Vec::new();
+    for t in found {
+        if t.completeness == Completeness::Partial {
+            continue;
+        }
+        let template = match serde_json::from_str::<Value>(t.text) {
+            Ok(Value::Object(template)) => template,
+            _ => return Err(format!("{} is not an object", t.path)),
+        };
+        let template = match t.shape {
+            Shape::PodTemplateSpec => template,
+            Shape::PodSpec => {
+                let mut wrapped = Map::new();
+                wrapped.insert("spec".into(), Value::Object(template));
+                wrapped
+            }
+        };
+        let dotted = |inner: &str| format!("{}.{inner}", t.path);
+        let slashed = |inner: &str| format!("{}/{inner}", t.pointer);
+        let at = match t.shape {
+            Shape::PodTemplateSpec => TemplatePlace {
+                metadata: (dotted("metadata"), slashed("metadata")),
+                spec: (dotted("spec"), slashed("spec")),
+            },
+            // A bare pod spec: the Pod's `spec` is the template itself.
+            Shape::PodSpec => TemplatePlace {
+                metadata: (dotted("metadata"), slashed("metadata")),
+                spec: (t.path.clone(), t.pointer.clone()),
+            },
+        };
+        parts.push(Part {
+            at: Some(at),
+            object: from_template(template, "v1", "Pod", namespace, owner),
+        });
     }
+    // A kind with complete templates makes no pod without one: an object that has none is not
+    // an object of its kind (the API server would have refused it).
+    let complete: Vec<&str> = entry
+        .templates
+        .iter()
+        .filter(|t| t.completeness == Completeness::Complete)
+        .map(|t| t.path.as_str())
+        .collect();
+    if parts.is_empty() && !complete.is_empty() {
+        return Err(format!("{} is missing", complete.join(" or ")));
+    }
+    Ok(parts)
 }
 
 /// The object a controller creates from its template, in the controller's namespace.
@@ -247,10 +381,58 @@ pub struct Evaluation {
     pub results: Vec<RuleResult>,
 }
 
-/// Evaluates `target` as the API server would on its creation now, in `enforce` mode: the
-/// mutating webhook, its patch applied, then the validating webhook. `ctx` must say `enforce`
-/// for every namespace.
+/// Evaluates `target` as the API server would on its creation now, in `enforce` mode: for each
+/// pod that stands for it, the mutating webhook, its patch applied, then the validating
+/// webhook; the findings of its partial templates are warnings. `ctx` must say `enforce` for
+/// every namespace.
 pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
+    let mut parts = target
+        .parts
+        .iter()
+        .map(|part| evaluate_part(target, part, ctx));
+    let first = parts.next();
+    let mut e = match first {
+        Some(e) => parts.fold(e, combine),
+        None => Evaluation {
+            outcome: Outcome::Unchanged,
+            rules: Vec::new(),
+            changes: Vec::new(),
+            message: None,
+            results: rules::no_complete_template(),
+        },
+    };
+    let partial = match (&target.kind, &target.source) {
+        (AuditedKind::Table(entry), Some(source)) => {
+            admission::partial_findings(entry, &source.to_string(), &target.namespace, ctx)
+        }
+        _ => target.partial.clone(),
+    };
+    rules::add_partial_findings(&mut e.results, &partial);
+    e
+}
+
+/// One evaluation of two pods of the same object: the worse outcome, every rule and change,
+/// both messages, and each rule's worse result.
+fn combine(mut a: Evaluation, b: Evaluation) -> Evaluation {
+    a.outcome = match (a.outcome, b.outcome) {
+        (Outcome::Denied, _) | (_, Outcome::Denied) => Outcome::Denied,
+        (Outcome::Patched, _) | (_, Outcome::Patched) => Outcome::Patched,
+        _ => Outcome::Unchanged,
+    };
+    a.rules.extend(b.rules);
+    a.rules.sort();
+    a.rules.dedup();
+    a.changes.extend(b.changes);
+    a.message = match (a.message, b.message) {
+        (Some(x), Some(y)) => Some(format!("{x} {y}")),
+        (x, y) => x.or(y),
+    };
+    a.results = rules::worse(a.results, b.results);
+    a
+}
+
+/// One pod of `target`: the Pod or Job itself, or the Pod of one of its complete templates.
+fn evaluate_part(target: &Target, part: &Part, ctx: &Context) -> Evaluation {
     // The decision for `object` in the AdmissionReview of its creation, decoded as `serve`
     // decodes a body.
     let decide = |webhook: Webhook, object: &Value| {
@@ -270,15 +452,15 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
             },
         }
     };
-    let mutated = decide(Webhook::Mutate, &target.object);
+    let mutated = decide(Webhook::Mutate, &part.object);
     if !mutated.allowed {
         // Ranges are checked before anything is patched: what the rest would do is unknown.
-        let results = rules::denied_before_mutation(target, &mutated);
-        return denied(target.kind, mutated, results);
+        let results = rules::denied_before_mutation(part, &mutated);
+        return denied(part, mutated, results);
     }
     let (validated, patched) = match &mutated.patch {
         Some(patch) => {
-            let mut object = target.object.clone();
+            let mut object = part.object.clone();
             let applied = patch
                 .try_operations()
                 .map_err(|e| e.to_string())
@@ -297,24 +479,21 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
             let validated = decide(Webhook::Validate, &object);
             (validated, object)
         }
-        None => (
-            decide(Webhook::Validate, &target.object),
-            target.object.clone(),
-        ),
+        None => (decide(Webhook::Validate, &part.object), part.object.clone()),
     };
-    let prefix = target.kind.field_prefix();
-    let prefix = prefix.as_str();
     let would = |c: &crate::policy::Change| {
-        // `would set spec.…` in the controller's own terms.
+        // `would set spec.…` in the workload's own terms.
         let would = c.would();
         match would.split_once(" spec.") {
-            Some((verb, rest)) if !prefix.is_empty() => format!("{verb} {prefix}spec.{rest}"),
+            Some((verb, rest)) if part.at.is_some() => {
+                format!("{verb} {}", part.field(&format!("spec.{rest}")))
+            }
             _ => would,
         }
     };
-    let results = rules::after_mutation(target, &mutated, &patched, &validated, &would);
+    let results = rules::after_mutation(part, &mutated, &patched, &validated, &would);
     if !validated.allowed {
-        return denied(target.kind, validated, results);
+        return denied(part, validated, results);
     }
     let mut rules: Vec<Rule> = mutated.changes.iter().map(|c| c.rule).collect();
     rules.sort();
@@ -333,16 +512,14 @@ pub fn evaluate(target: &Target, ctx: &Context) -> Evaluation {
     }
 }
 
-fn denied(kind: AuditedKind, decision: Decision, results: Vec<RuleResult>) -> Evaluation {
+fn denied(part: &Part, decision: Decision, results: Vec<RuleResult>) -> Evaluation {
     let mut rules: Vec<Rule> = decision.violations.iter().map(|v| v.rule).collect();
     rules.sort();
     rules.dedup();
     let mut message = decision.message.unwrap_or_default();
-    let prefix = kind.field_prefix();
-    let prefix = prefix.as_str();
-    if !prefix.is_empty() {
+    if part.at.is_some() {
         for v in &decision.violations {
-            message = prefix_field(&message, &v.field, prefix);
+            message = rename_field(&message, &v.field, &part.field(&v.field));
         }
     }
     Evaluation {
@@ -355,15 +532,19 @@ fn denied(kind: AuditedKind, decision: Decision, results: Vec<RuleResult>) -> Ev
 }
 
 /// `message` with the whole field `field` (at the start or after a space, followed by `: `)
-/// renamed to `prefix` + `field`.
-fn prefix_field(message: &str, field: &str, prefix: &str) -> String {
+/// renamed to `renamed`.
+fn rename_field(message: &str, field: &str, renamed: &str) -> String {
     let needle = format!("{field}: ");
     let at = message
         .match_indices(&needle)
         .map(|(at, _)| at)
         .find(|&at| at == 0 || message[..at].ends_with(' '));
     match at {
-        Some(at) => format!("{}{prefix}{}", &message[..at], &message[at..]),
+        Some(at) => format!(
+            "{}{renamed}{}",
+            &message[..at],
+            &message[at + field.len()..]
+        ),
         None => message.to_string(),
     }
 }
@@ -489,7 +670,13 @@ impl Report {
 
     /// Counts one evaluated object.
     pub fn add(&mut self, target: &Target, origin: &str, e: Evaluation) {
-        if let Some(workloads) = self.workloads.as_mut() {
+        // Reports are namespaced: a cluster-scoped workload (a ClusterTrainingRuntime) is
+        // counted and listed, but gets none.
+        if let Some(workloads) = self
+            .workloads
+            .as_mut()
+            .filter(|_| !target.namespace.is_empty())
+        {
             workloads.push(WorkloadResults {
                 scope: Scope {
                     api_version: target.api_version.clone(),

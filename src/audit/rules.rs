@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::Target;
+use super::Part;
 use crate::admission::Decision;
 use crate::cache::{MissReason, Resolved};
 use crate::config::PREP_CONTAINER;
@@ -77,10 +77,10 @@ pub fn severity(rule: Rule) -> &'static str {
 
 /// The object is denied by the mutating pass (the ranges are checked before any patch is
 /// built): the violated rules fail; the others were not evaluated.
-pub(super) fn denied_before_mutation(target: &Target, decision: &Decision) -> Vec<RuleResult> {
+pub(super) fn denied_before_mutation(part: &Part, decision: &Decision) -> Vec<RuleResult> {
     Rule::ALL
         .into_iter()
-        .map(|rule| match failure(target, decision, rule) {
+        .map(|rule| match failure(part, decision, rule) {
             Some(r) => r,
             None => RuleResult {
                 rule,
@@ -110,7 +110,7 @@ pub(super) fn all_errors(message: &str) -> Vec<RuleResult> {
 /// the object with its patch applied, `validated` the validating pass's decision on it, and
 /// `would` puts a change in the workload's terms.
 pub(super) fn after_mutation(
-    target: &Target,
+    part: &Part,
     mutated: &Decision,
     patched: &Value,
     validated: &Decision,
@@ -120,15 +120,15 @@ pub(super) fn after_mutation(
         .patch
         .as_ref()
         .and_then(|p| p.try_operations().ok())
-        .map(|ops| workload_patch(target, ops));
+        .map(|ops| workload_patch(part, ops));
     Rule::ALL
         .into_iter()
         .map(|rule| {
-            let mut result = failure(target, validated, rule).unwrap_or_else(|| {
+            let mut result = failure(part, validated, rule).unwrap_or_else(|| {
                 let changes: Vec<&Change> =
                     mutated.changes.iter().filter(|c| c.rule == rule).collect();
                 if changes.is_empty() {
-                    unchanged(rule, target, mutated, patched)
+                    unchanged(rule, part, mutated, patched)
                 } else {
                     let mut phrases: Vec<String> = changes.iter().map(|c| would(c)).collect();
                     // What a change announces when applied (a cache that matched but missed,
@@ -162,7 +162,7 @@ pub(super) fn after_mutation(
 
 /// `fail` of `rule`, when `decision` denies with violations of it. A denial without any
 /// violation (the request itself could not be judged) is the schema rule's.
-fn failure(target: &Target, decision: &Decision, rule: Rule) -> Option<RuleResult> {
+fn failure(part: &Part, decision: &Decision, rule: Rule) -> Option<RuleResult> {
     if decision.allowed {
         return None;
     }
@@ -174,13 +174,12 @@ fn failure(target: &Target, decision: &Decision, rule: Rule) -> Option<RuleResul
             properties: BTreeMap::new(),
         });
     }
-    let prefix = target.kind.field_prefix();
     let violations: Vec<Violation> = decision
         .violations
         .iter()
         .filter(|v| v.rule == rule)
         .map(|v| Violation {
-            field: format!("{prefix}{}", v.field),
+            field: part.field(&v.field),
             ..v.clone()
         })
         .collect();
@@ -196,7 +195,7 @@ fn failure(target: &Target, decision: &Decision, rule: Rule) -> Option<RuleResul
 }
 
 /// A rule that changes nothing: `pass` where it applies, `skip` where it does not.
-fn unchanged(rule: Rule, target: &Target, mutated: &Decision, patched: &Value) -> RuleResult {
+fn unchanged(rule: Rule, part: &Part, mutated: &Decision, patched: &Value) -> RuleResult {
     let (status, message) = match rule {
         Rule::NonRoot => (
             Status::Pass,
@@ -206,7 +205,7 @@ fn unchanged(rule: Rule, target: &Target, mutated: &Decision, patched: &Value) -
             Status::Pass,
             "the fields the policy reads decode as their Kubernetes schema says".to_string(),
         ),
-        Rule::CachePrep if has_prep(target, patched) => (
+        Rule::CachePrep if has_prep(part, patched) => (
             Status::Pass,
             format!("the {PREP_CONTAINER} init container is in place and canonical"),
         ),
@@ -264,8 +263,8 @@ fn model_cache_properties(resolved: Resolved) -> (&'static str, &'static str) {
 }
 
 /// Whether the evaluated object (after enforce's patch) has the prep init container.
-fn has_prep(target: &Target, patched: &Value) -> bool {
-    let pointer = match target.object.get("kind").and_then(Value::as_str) {
+fn has_prep(part: &Part, patched: &Value) -> bool {
+    let pointer = match part.object.get("kind").and_then(Value::as_str) {
         Some("Job") => "/spec/template/spec/initContainers",
         _ => "/spec/initContainers",
     };
@@ -279,23 +278,114 @@ fn has_prep(target: &Target, patched: &Value) -> bool {
 }
 
 /// The patch enforcing would apply, as a JSON array in a string, in the workload's own terms:
-/// a controller's pods get it, so its paths are moved under the pod template
+/// a template's pods get it, so its paths are moved under the template
 /// (`/spec/template/spec/securityContext`). The policy patches a pod's metadata only for a
-/// model URI, which is itself in the template's metadata, so the paths exist in the controller.
-pub(super) fn workload_patch(target: &Target, ops: json_patch::Patch) -> String {
+/// model URI, which is itself in the template's metadata, so the paths exist in the workload.
+pub(super) fn workload_patch(part: &Part, ops: json_patch::Patch) -> String {
     let mut ops = serde_json::to_value(ops).unwrap_or(Value::Array(Vec::new()));
-    let kind = target.kind.workload_kind();
-    if kind.is_controller()
+    if part.at.is_some()
         && let Value::Array(list) = &mut ops
     {
-        let base = kind.pod_template_pointer();
         for op in list.iter_mut() {
             for key in ["path", "from"] {
                 if let Some(Value::String(path)) = op.get_mut(key) {
-                    *path = format!("{base}{path}");
+                    *path = part.pointer(path);
                 }
             }
         }
     }
     ops.to_string()
+}
+
+/// The results of an object without a complete template (every template partial or absent):
+/// nothing is patched or denied; what its partial templates say is added after.
+pub(super) fn no_complete_template() -> Vec<RuleResult> {
+    Rule::ALL
+        .into_iter()
+        .map(|rule| RuleResult {
+            rule,
+            status: match rule {
+                Rule::NonRoot | Rule::Schema => Status::Pass,
+                Rule::CachePrep | Rule::ModelCache => Status::Skip,
+            },
+            message: match rule {
+                Rule::NonRoot | Rule::Schema => {
+                    "no complete pod template; the partial templates say nothing against it"
+                }
+                Rule::CachePrep | Rule::ModelCache => {
+                    "no complete pod template: judged when its pods are created"
+                }
+            }
+            .to_string(),
+            properties: BTreeMap::new(),
+        })
+        .collect()
+}
+
+/// The findings of partial templates (SPEC.md §12): a `warn` of their rule, never a `fail`
+/// (a rule that already fails keeps its result).
+pub(super) fn add_partial_findings(results: &mut [RuleResult], findings: &[Violation]) {
+    for result in results.iter_mut() {
+        let mine: Vec<Violation> = findings
+            .iter()
+            .filter(|v| v.rule == result.rule)
+            .cloned()
+            .collect();
+        if mine.is_empty() || matches!(result.status, Status::Fail | Status::Error) {
+            continue;
+        }
+        let message = format!(
+            "a partial template would give its pods a denial: {}",
+            Denial { violations: mine }
+        );
+        if result.status == Status::Warn {
+            result.message = format!("{}; {message}", result.message);
+        } else {
+            result.status = Status::Warn;
+            result.message = message;
+        }
+    }
+}
+
+/// Each rule's worse result of two pods of one object (`fail` over `error` over `warn` over
+/// `pass` over `skip`); two results of the same status keep both messages and patches.
+pub(super) fn worse(a: Vec<RuleResult>, b: Vec<RuleResult>) -> Vec<RuleResult> {
+    let rank = |s: Status| match s {
+        Status::Fail => 4,
+        Status::Error => 3,
+        Status::Warn => 2,
+        Status::Pass => 1,
+        Status::Skip => 0,
+    };
+    a.into_iter()
+        .zip(b)
+        .map(|(mut a, b)| {
+            match rank(a.status).cmp(&rank(b.status)) {
+                std::cmp::Ordering::Less => return b,
+                std::cmp::Ordering::Greater => return a,
+                std::cmp::Ordering::Equal => {}
+            }
+            if a.message != b.message {
+                a.message = format!("{}; {}", a.message, b.message);
+            }
+            for (key, value) in b.properties {
+                match a.properties.get_mut(key) {
+                    Some(mine) if key == PATCH => *mine = concat_patches(mine, &value),
+                    Some(_) => {}
+                    None => {
+                        a.properties.insert(key, value);
+                    }
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+/// Two JSON Patch arrays (as strings) as one.
+fn concat_patches(a: &str, b: &str) -> String {
+    let parse = |s: &str| serde_json::from_str::<Vec<Value>>(s).unwrap_or_default();
+    let mut ops = parse(a);
+    ops.extend(parse(b));
+    Value::Array(ops).to_string()
 }

@@ -5,6 +5,16 @@ use crate::config::PolicyConfig;
 use crate::namespaces::{NamespaceLabels, Namespaces};
 use crate::policy::Caches;
 
+/// The built-in table, for the whole test run.
+fn table() -> &'static WorkloadKinds {
+    static TABLE: std::sync::OnceLock<WorkloadKinds> = std::sync::OnceLock::new();
+    TABLE.get_or_init(WorkloadKinds::default)
+}
+
+fn extract(value: Value, default_ns: &str) -> Result<Extracted, String> {
+    super::extract(value, default_ns, table())
+}
+
 fn target(value: Value) -> Target {
     match extract(value, "default").unwrap() {
         Extracted::Target(t) => t,
@@ -37,11 +47,11 @@ fn controllers_are_evaluated_through_the_object_they_create() {
             "spec": {"containers": [{"name": "a", "image": "b"}]}}}
     }));
     assert_eq!(
-        (d.kind, d.namespace.as_str(), d.name.as_str()),
-        (AuditedKind::Deployment, "team-a", "web")
+        (d.kind.as_str(), d.namespace.as_str(), d.name.as_str()),
+        ("Deployment", "team-a", "web")
     );
     assert_eq!(
-        d.object,
+        d.parts[0].object,
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"labels": {"app": "web"}, "namespace": "team-a", "generateName": "web-"},
                "spec": {"containers": [{"name": "a", "image": "b"}]}})
@@ -52,16 +62,16 @@ fn controllers_are_evaluated_through_the_object_they_create() {
     }));
     // A CronJob's pods come from its job template's pod template.
     assert_eq!(c.namespace, "default");
-    assert_eq!(c.object["kind"], "Pod");
-    assert_eq!(c.object["apiVersion"], "v1");
-    assert_eq!(c.object["spec"], json!({"containers": []}));
+    assert_eq!(c.parts[0].object["kind"], "Pod");
+    assert_eq!(c.parts[0].object["apiVersion"], "v1");
+    assert_eq!(c.parts[0].object["spec"], json!({"containers": []}));
     for kind in ["StatefulSet", "DaemonSet", "ReplicaSet"] {
         let t = target(
             json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "x"},
                               "spec": {"template": {"spec": {"containers": []}}}}),
         );
         assert_eq!(t.kind.as_str(), kind);
-        assert_eq!(t.object["kind"], "Pod");
+        assert_eq!(t.parts[0].object["kind"], "Pod");
     }
 }
 
@@ -410,7 +420,7 @@ fn each_rule_gets_one_result_fail_warn_pass_or_skip() {
 
     // The same Pod once patched: nothing left to change, every rule passes, and the cache
     // outcome is still reported.
-    let mut patched = pod.object.clone();
+    let mut patched = pod.parts[0].object.clone();
     let ops: json_patch::Patch = serde_json::from_str(&prep.properties[rules::PATCH]).unwrap();
     json_patch::patch(&mut patched, &ops).unwrap();
     let again = target(patched);
@@ -432,4 +442,33 @@ fn each_rule_gets_one_result_fail_warn_pass_or_skip() {
         result(&e, Rule::ModelCache).properties[rules::MODEL_CACHE_OUTCOME],
         "miss"
     );
+}
+
+/// A cluster-scoped kind of the table has no namespace, whatever the default: it is counted
+/// (under the empty namespace) and gets no policy report, which is namespaced.
+#[test]
+fn a_cluster_scoped_workload_is_counted_without_a_report() {
+    let runtime = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch"},
+        "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+            "template": {"spec": {"containers": [root_container()]}}}}}]}}}
+    });
+    let t = target(runtime);
+    assert_eq!(t.namespace, "");
+    let none = Namespaces::default();
+    let e = with_ctx(&none, |ctx| evaluate(&t, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    assert!(
+        e.message.as_deref().unwrap().starts_with(
+            "spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0]\
+             .securityContext.runAsUser: 0"
+        ),
+        "{:?}",
+        e.message
+    );
+    let mut report = Report::new("files", false).keeping_results();
+    report.add(&t, "f", e);
+    assert_eq!(report.objects, 1);
+    assert!(report.workloads.unwrap().is_empty());
 }

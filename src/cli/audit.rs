@@ -1,7 +1,8 @@
 //! `modelgate audit`: "what would change if I enforce?", answered for the workloads that exist,
 //! from files or from the cluster (SPEC.md §10). Exit codes as `review`: 0 every object would
 //! be allowed, 1 at least one would be denied, 2 bad input, flags, or a cluster that could not
-//! be read completely.
+//! be read completely; under `--write-reports`, 0 once every report is written (1 for a denial
+//! only with `--fail-on-findings`), 2 when a call was refused.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -14,7 +15,7 @@ use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use super::{CacheFiles, EXIT_USAGE, LoadedFiles};
-use crate::admission::Context;
+use crate::admission::{Context, WorkloadKinds};
 use crate::audit::output::reports::{self, ReportApi, Timestamp};
 use crate::audit::{self, Extracted, Report, cluster};
 use crate::cache::list as cache_list;
@@ -62,21 +63,25 @@ impl From<ReportApiArg> for ReportApi {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Exit codes:\n  0  no object would be denied\n  1  at least one object would be denied\n  \
-2  bad input or flags, a cluster that could not be read completely (no report is written), or \
-a report that --write-reports could not write"
+    after_help = "Exit codes:\n  0  no object would be denied; with --write-reports: every report \
+written and the prune done, whatever the findings\n  1  at least one object would be denied \
+(with --write-reports: only with --fail-on-findings)\n  2  bad input or flags, a cluster that \
+could not be read completely (no report is written), or a report that --write-reports could \
+not write"
 )]
 pub struct AuditArgs {
     /// Files or directories to audit (YAML or JSON, several documents or a List; `-` reads
-    /// stdin; a directory's .yaml, .yml and .json files). Pods,
-    /// Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and ReplicaSets are evaluated;
-    /// Namespaces give their Pod Security labels; other objects are skipped.
+    /// stdin; a directory's .yaml, .yml and .json files). Pods, Jobs and the kinds of the
+    /// workload-kind table (Deployments, StatefulSets, DaemonSets, ReplicaSets,
+    /// ReplicationControllers, CronJobs, the ML custom resources, --workload-kinds) are
+    /// evaluated; Namespaces give their Pod Security labels; other objects are skipped.
     #[arg(value_name = "FILE|-")]
     pub inputs: Vec<PathBuf>,
 
     /// Audit the cluster of the current kubeconfig context instead, with list calls only: the
-    /// workloads, the model caches, PVCs and Nodes, and the Namespaces' Pod Security labels
-    /// (--caches objects and Namespaces replace the cluster's of the same kind and name).
+    /// workloads (of the kinds the cluster serves; one note names the others), the model
+    /// caches, PVCs and Nodes, and the Namespaces' Pod Security labels (--caches objects and
+    /// Namespaces replace the cluster's of the same kind and name).
     #[arg(long, env = "MODELGATE_FROM_CLUSTER")]
     pub from_cluster: bool,
 
@@ -110,6 +115,12 @@ pub struct AuditArgs {
     #[arg(long, env = "MODELGATE_WRITE_REPORTS")]
     pub write_reports: bool,
 
+    /// With --write-reports: exit 1 when an object would be denied, as without it. By default
+    /// the findings are the reports' content, and the exit code says only whether the reports
+    /// were written.
+    #[arg(long, env = "MODELGATE_FAIL_ON_FINDINGS")]
+    pub fail_on_findings: bool,
+
     /// The report API --write-reports writes.
     #[arg(long, value_enum, default_value_t = ReportApiArg::OpenReports,
           env = "MODELGATE_REPORT_API")]
@@ -120,15 +131,16 @@ pub struct AuditArgs {
 }
 
 pub fn run(args: AuditArgs) -> ExitCode {
+    let findings_fail = !args.write_reports || args.fail_on_findings;
     match execute(args, &mut std::io::stdout().lock()) {
         Ok(Verdict {
             refused_writes: true,
             ..
         }) => ExitCode::from(EXIT_USAGE),
         Ok(Verdict {
-            all_allowed: true, ..
-        }) => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::from(1),
+            all_allowed: false, ..
+        }) if findings_fail => ExitCode::from(1),
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_USAGE)
@@ -157,6 +169,8 @@ pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> 
         );
     }
     let mut config = args.policy.clone().into_config();
+    // The table's rows are named by every evaluated object for the whole run (one per process).
+    let table: &'static WorkloadKinds = Box::leak(Box::new(config.workload_kinds.as_ref().clone()));
     // "What would change if I enforce?": enforce everywhere, whatever the namespaces' labels.
     config.default_mode = Mode::Enforce;
     let LoadedFiles {
@@ -176,9 +190,26 @@ pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> 
     let at = Timestamp::of_run();
     let mut progress = Progress::new();
     let (report, written) = if args.from_cluster {
-        audit_cluster(&args, &config, index, namespaces, keep, at, &mut progress)?
+        audit_cluster(
+            &args,
+            &config,
+            table,
+            index,
+            namespaces,
+            keep,
+            at,
+            &mut progress,
+        )?
     } else {
-        let report = audit_files(&args, &config, index, namespaces, keep, &mut progress)?;
+        let report = audit_files(
+            &args,
+            &config,
+            table,
+            index,
+            namespaces,
+            keep,
+            &mut progress,
+        )?;
         (report, None)
     };
     progress.finish();
@@ -258,6 +289,7 @@ impl Skipped {
 /// Everything one object needs to be counted.
 struct Auditor<'a> {
     ctx: Context<'a>,
+    table: &'static WorkloadKinds,
     config: &'a PolicyConfig,
     only: &'a [String],
     report: Report,
@@ -271,7 +303,7 @@ impl Auditor<'_> {
             .and_then(Value::as_str)
             .unwrap_or("(no kind)")
             .to_string();
-        match audit::extract(value, "default")? {
+        match audit::extract(value, "default", self.table)? {
             Extracted::Target(t) => {
                 if !self.only.is_empty() && !self.only.contains(&t.namespace) {
                     return Ok(());
@@ -298,6 +330,7 @@ impl Auditor<'_> {
 fn audit_files(
     args: &AuditArgs,
     config: &PolicyConfig,
+    table: &'static WorkloadKinds,
     index: crate::cache::CacheIndex,
     file_namespaces: NamespaceDocuments,
     keep: Keep,
@@ -343,6 +376,7 @@ fn audit_files(
             caches: Caches::Ready(&index),
             namespaces: &namespaces,
         },
+        table,
         config,
         only: &args.namespaces,
         report: keep.report("files"),
@@ -386,9 +420,11 @@ fn expand_directories(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn audit_cluster(
     args: &AuditArgs,
     config: &PolicyConfig,
+    table: &'static WorkloadKinds,
     index: crate::cache::CacheIndex,
     file_namespaces: NamespaceDocuments,
     keep: Keep,
@@ -427,14 +463,16 @@ fn audit_cluster(
                 caches: Caches::Ready(&listed.index),
                 namespaces: &namespaces,
             },
+            table,
             config,
             only: &args.namespaces,
             report: keep.report("cluster"),
             skipped: Skipped::default(),
         };
         let mut failed = None;
-        cluster::list_workloads(
+        let not_served = cluster::list_workloads(
             &client,
+            table,
             &args.namespaces,
             args.page_size,
             |kind, objects| {
@@ -461,6 +499,12 @@ fn audit_cluster(
         }
         let mut report = auditor.finish();
         report.notes.extend(notes);
+        if !not_served.is_empty() {
+            report.notes.push(format!(
+                "kinds this cluster does not serve, skipped: {}",
+                not_served.join(", ")
+            ));
+        }
         // Only here, after every list succeeded: a prune after an incomplete listing would
         // delete the reports of workloads that were merely not read.
         let written = if args.write_reports {

@@ -5,8 +5,11 @@
 //! code 2 and a one-line error that names the flag and the accepted range, before anything else
 //! happens. [`PolicyArgs::into_config`] gives the core's plain [`PolicyConfig`].
 
+use std::sync::Arc;
+
 use clap::{Args, ValueEnum};
 
+use crate::admission::WorkloadKinds;
 use crate::config::{
     CacheLayout, IdSetting, PolicyConfig, PrepMode, absolute_path, non_empty, parse_fsgroup,
     parse_gid_or_none, parse_init_container_user, parse_prep_host_path, parse_uid_or_none,
@@ -128,6 +131,27 @@ pub struct PolicyArgs {
         value_parser = parse_prep_host_path
     )]
     pub prep_host_paths: Vec<String>,
+
+    /// A YAML file of workload kinds whose pod templates are judged at apply time (SPEC.md
+    /// §12): each entry (group, versions, kind, plural, templates: [{path, shape,
+    /// completeness}]) is added to the built-in table, or replaces its row of the same group
+    /// and kind. A malformed entry stops the program (exit 2), naming the entry and the field.
+    #[arg(
+        long,
+        env = "MODELGATE_WORKLOAD_KINDS",
+        value_name = "FILE",
+        value_parser = parse_workload_kinds
+    )]
+    pub workload_kinds: Option<Arc<WorkloadKinds>>,
+}
+
+/// The built-in table with the entries of the file at `path`.
+fn parse_workload_kinds(path: &str) -> Result<Arc<WorkloadKinds>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    WorkloadKinds::defaults()
+        .with_file(&text, path)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
 }
 
 impl PolicyArgs {
@@ -154,6 +178,7 @@ impl PolicyArgs {
             exempt_namespaces: self.exempt_namespaces,
             default_mode: self.default_mode.into(),
             prep_host_paths: self.prep_host_paths,
+            workload_kinds: self.workload_kinds.unwrap_or_else(WorkloadKinds::defaults),
         }
         // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).
         .with_default_exemptions(std::env::var("POD_NAMESPACE").ok().as_deref())

@@ -6,6 +6,9 @@ from __future__ import annotations
 import base64
 import os
 import re
+from pathlib import Path
+
+import yaml
 
 from k8s import (
     Obj,
@@ -26,8 +29,9 @@ POD_RULES = sorted(
         ("batch", "v1", "CREATE", "jobs"),
     ]
 )
-# SPEC.md §11: the pod templates of the workload controllers, CREATE and UPDATE (the entry's
-# matchConditions skip an UPDATE that leaves the template as it was).
+# SPEC.md §11, §12: the pod templates of the workload controllers and of the ML custom resources,
+# CREATE and UPDATE (the entry's matchConditions skip an UPDATE that leaves every template as it
+# was). The kinds are the rows of the workload-kind table, which the server and the chart share.
 CONTROLLERS = {
     # kind: (group, resource, path of the pod template)
     "Deployment": ("apps", "deployments", ("spec", "template")),
@@ -37,7 +41,17 @@ CONTROLLERS = {
     "ReplicationController": ("", "replicationcontrollers", ("spec", "template")),
     "CronJob": ("batch", "cronjobs", ("spec", "jobTemplate", "spec", "template")),
 }
-CONTROLLER_RULES = sorted((g, "v1", op, res) for g, res, _ in CONTROLLERS.values() for op in ("CREATE", "UPDATE"))
+WORKLOAD_KINDS_FILE = Path(__file__).resolve().parents[2] / "charts/modelgate/files/workload-kinds.yaml"
+WORKLOAD_KINDS = yaml.safe_load(WORKLOAD_KINDS_FILE.read_text())
+
+
+def table_rules(rows: list[dict]) -> list[tuple[str, str, str, str]]:
+    """The (group, version, operation, resource) a validating entry registers for these rows."""
+    return sorted((r.get("group") or "", v, op, r["plural"]) for r in rows for v in r["versions"] for op in ("CREATE", "UPDATE"))
+
+
+CONTROLLER_RULES = table_rules(WORKLOAD_KINDS)
+CLUSTER_SCOPED = {(r["plural"],): "Cluster" for r in WORKLOAD_KINDS if r.get("scope") == "Cluster"}
 
 # Every webhook entry: name -> (configuration kind, path, rules).
 WEBHOOKS = {
@@ -130,7 +144,12 @@ def webhooks(path, ns: str, ca_mode: str, failure_policy: str = "Fail", inject: 
             rules = [r for r in rules if r[2] == "CREATE" or rules is POD_RULES]
         expect(bool(h.get("matchConditions")) == match_conditions, where + f": matchConditions present should be {match_conditions}")
         expect(flat_rules(h["rules"]) == rules, where + f": rules are {flat_rules(h['rules'])}")
-        expect(all(r.get("scope") == "Namespaced" for r in h["rules"]), where + ": rules must be Namespaced")
+        # Namespaced, but for a cluster-scoped row of the table (ClusterTrainingRuntime): the
+        # namespaceSelector cannot apply to it, so it reaches the webhook wherever it is made.
+        expect(
+            all(r.get("scope") == CLUSTER_SCOPED.get(tuple(r["resources"]), "Namespaced") for r in h["rules"]),
+            where + ": rules must be Namespaced (Cluster for a cluster-scoped row of the table)",
+        )
         sel = h["namespaceSelector"]
 
         def ns_labels(name, opted_in=True):

@@ -23,11 +23,9 @@ AUDIT_ON = ["--set", "audit.enabled=true"]
 # report API value -> (group, resource) the CronJob may write, and the other one it may not.
 REPORTS = {"openreports": ("openreports.io", "reports"), "policyreport": ("wgpolicyk8s.io", "policyreports")}
 WRITE_VERBS = {"create", "patch", "list", "delete"}  # server-side apply (+ create of a new one), prune
-# What `audit --from-cluster` lists wherever it audits: the seven kinds of AuditedKind.
-WORKLOADS = {
-    ("", "pods"), ("batch", "jobs"), ("batch", "cronjobs"),
-    ("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets"), ("apps", "replicasets"),
-}  # fmt: skip
+# What `audit --from-cluster` lists wherever it audits: Pods, Jobs and the rows of the
+# workload-kind table (it lists those the cluster serves).
+WORKLOADS = {("", "pods"), ("batch", "jobs")} | {(r["group"], r["plural"]) for r in checks.WORKLOAD_KINDS}
 # ... and cluster-wide in any case: model routing and the namespaces' Pod Security labels.
 CLUSTER_READS = {
     ("serving.kserve.io", "localmodelcaches"), ("serving.kserve.io", "localmodelnamespacecaches"),
@@ -94,19 +92,15 @@ def audit_cronjob(path, report_api: str, namespaces: tuple[str, ...] = ()) -> No
     expect(spec["concurrencyPolicy"] in ("Forbid", "Replace"), "two audits at once would write and prune the same reports")
     expect(spec.get("startingDeadlineSeconds"), "no startingDeadlineSeconds")
     expect(0 < job["activeDeadlineSeconds"] <= 86400, "the run needs a deadline")
-    # Exit 1 (denials found, reports written) ends the Job without a rerun; disruptions are retried.
+    # Findings are the reports' content: the run exits 0 with them (SPEC.md section 10), so no rule of
+    # the Job's podFailurePolicy looks at exit codes; disruptions are retried without counting.
     rules = (job.get("podFailurePolicy") or {}).get("rules") or []
+    expect(not any("onExitCodes" in r for r in rules), f"a podFailurePolicy rule on exit codes: {rules}")
     expect(
-        any(
-            r["action"] == "FailJob"
-            and r.get("onExitCodes", {}).get("operator") == "In"
-            and 1 in r["onExitCodes"]["values"]
-            and r["onExitCodes"].get("containerName", c["name"]) == c["name"]
-            for r in rules
-        ),
-        f"no podFailurePolicy rule ends the Job on exit 1 of container {c['name']}: {rules}",
+        any(r["action"] == "Ignore" and {"type": "DisruptionTarget", "status": "True"} in r.get("onPodConditions", []) for r in rules),
+        f"a disruption counts against backoffLimit: {rules}",
     )
-    expect(not any(0 in (r.get("onExitCodes") or {}).get("values", []) for r in rules), "exit 0 in podFailurePolicy")
+    expect("--fail-on-findings" not in c["args"], "--fail-on-findings would fail the Job for its findings")
     expect(pod["restartPolicy"] == "Never", "podFailurePolicy needs restartPolicy Never")
     # The command.
     args = c["args"]
@@ -376,7 +370,7 @@ ALERT_CASES = {
         job_series(1, 1000, None) | job_series(2, 2000, "BackoffLimitExceeded"), [failing(2, "BackoffLimitExceeded")]
     ),
     "the last run hit activeDeadlineSeconds": alert_case(job_series(2, 2000, "DeadlineExceeded"), [failing(2, "DeadlineExceeded")]),
-    "the last run found workloads to deny (exit 1, podFailurePolicy)": alert_case(
+    "a Job failed by a podFailurePolicy rule the operator added": alert_case(
         job_series(1, 1000, None) | job_series(2, 2000, "PodFailurePolicy"), []
     ),
     "a failed run, then a good one": alert_case(job_series(1, 1000, "BackoffLimitExceeded") | job_series(2, 2000, None), []),

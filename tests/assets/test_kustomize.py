@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import checks
+from k8s import load
 from tools import NS, Assets
 
 OVERLAYS = ["crds", "base", "default", "openshift", "monitoring"]
@@ -60,3 +61,18 @@ def test_default_kinds_namespace_and_no_crds(assets: Assets) -> None:
         "PodDisruptionBudget", "Issuer", "Issuer", "Certificate", "Certificate",
         "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
     )  # fmt: skip
+
+
+def test_base_registers_the_workload_kind_table_as_the_chart_renders_it(assets: Assets) -> None:
+    """The kustomize base cannot read the table: its rules and unchanged-template condition are
+    the chart's render of the shipped rows, kept equal by this test (SPEC.md §12)."""
+
+    def entry(path) -> dict:
+        return checks.webhook_configurations(load(path))["validate-controllers.modelgate.io"]
+
+    def unchanged(hook: dict) -> str:
+        return next(c["expression"] for c in hook["matchConditions"] if c["name"] == "exclude-unchanged-pod-template")
+
+    chart, base = entry(assets.render("default")), entry(assets.kustomize("base"))
+    assert base["rules"] == chart["rules"]
+    assert unchanged(base) == unchanged(chart)

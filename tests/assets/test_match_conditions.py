@@ -2,7 +2,9 @@
 on the requests the API server would send: the API server calls modelgate only when every
 condition is true, so each request kept out here is admitted even while modelgate is down.
 The Pod and Job cases run against mutate.modelgate.io and validate.modelgate.io; the workload
-controllers' (SPEC.md §11) against validate-controllers.modelgate.io."""
+controllers' (SPEC.md §11) and the ML custom resources' (§12, the objects of
+tests/fixtures/ml-kinds) against validate-controllers.modelgate.io, rendered from the workload-kind
+table."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ import cel
 import pytest
 import yaml
 
-from checks import CONTROLLERS, webhook_configurations
-from k8s import load
-from tools import Assets
+from checks import CONTROLLERS, WORKLOAD_KINDS, webhook_configurations
+from k8s import deployment_container, load, of_kind
+from tools import REPO, Assets
 
 OWN_SA = "system:serviceaccount:modelgate-system:modelgate"
 
@@ -275,3 +277,158 @@ def test_controllers_of_an_excluded_priority_class(webhooks, request, kind: str,
 def test_a_broken_expression_fails_to_evaluate() -> None:
     with pytest.raises(ValueError):
         cel.evaluate("request.kind.kind == ", request())
+
+
+# --- SPEC.md §12: the ML workload custom resources of the workload-kind table -------------------------
+# The objects of tests/fixtures/ml-kinds (every default kind), sent as the API server sends them,
+# against the entry rendered from the table: CREATE is sent; an UPDATE is sent exactly when one of
+# the kind's templates changed (a worker group's replicas, a label of the resource, status: kept out).
+ML_FIXTURES = sorted((REPO / "tests/fixtures/ml-kinds").glob("*.yaml"))
+ROWS = {(r.get("group") or "", r["kind"]): r for r in WORKLOAD_KINDS}
+
+
+def ml_objects() -> list[dict]:
+    return [d for f in ML_FIXTURES for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def templates_at(node, steps: list[str]) -> list:
+    """What a table path finds in an object: `a.b[*].c`, `a.*.c` (the server's rule)."""
+    if not steps:
+        return [node] if node is not None else []
+    step, rest = steps[0], steps[1:]
+    if step == "*":
+        return [t for v in (node.values() if isinstance(node, dict) else []) for t in templates_at(v, rest)]
+    key, every = (step[:-3], True) if step.endswith("[*]") else (step, False)
+    child = node.get(key) if isinstance(node, dict) else None
+    if every:
+        return [t for e in (child if isinstance(child, list) else []) for t in templates_at(e, rest)]
+    return templates_at(child, rest)
+
+
+def ml_templates(obj: dict) -> list[dict]:
+    row = ROWS[(obj["apiVersion"].rsplit("/", 1)[0] if "/" in obj["apiVersion"] else "", obj["kind"])]
+    return [t for p in row["templates"] for t in templates_at(obj, p["path"].split("."))]
+
+
+def ml_request(obj: dict, operation: str = "CREATE", change: Callable[[dict], None] | None = None) -> dict:
+    obj = copy.deepcopy(obj)
+    obj["metadata"].setdefault("namespace", "team-a")
+    old = None
+    if operation == "UPDATE":
+        old = copy.deepcopy(obj)
+        change(obj)
+    group, version = obj["apiVersion"].rsplit("/", 1)
+    row = ROWS[(group, obj["kind"])]
+    req = {"kind": {"group": group, "version": version, "kind": obj["kind"]},
+           "resource": {"group": group, "version": version, "resource": row["plural"]},
+           "namespace": obj["metadata"]["namespace"], "operation": operation, "userInfo": {"username": "alice"}}  # fmt: skip
+    return {"request": req, "object": obj, "oldObject": old}
+
+
+def change_last_template(obj: dict) -> None:
+    """A change in the last template the object has (a worker group, a replica type, a predictor):
+    a service account, which a PodTemplateSpec's spec and a bare pod spec both have."""
+    template = ml_templates(obj)[-1]
+    spec = template.get("spec", template)
+    spec["serviceAccountName"] = "other"
+
+
+def ml_ids(objs: list[dict]) -> list[str]:
+    return [f"{o['kind']}-{o['metadata']['name']}" for o in objs]
+
+
+ML_OBJECTS = ml_objects()
+
+
+def test_every_row_of_the_table_is_registered_and_has_a_fixture(webhooks) -> None:
+    kinds = {(r.get("group") or "", r["kind"]) for r in WORKLOAD_KINDS}
+    fixtures = {(o["apiVersion"].rsplit("/", 1)[0] if "/" in o["apiVersion"] else "", o["kind"]) for o in ML_OBJECTS}
+    assert {k for k in kinds if k[0] not in ("", "apps", "batch")} <= fixtures
+
+
+@pytest.mark.parametrize("obj", ML_OBJECTS, ids=ml_ids(ML_OBJECTS))
+def test_ml_create_reaches_modelgate(webhooks, obj: dict) -> None:
+    assert called(webhooks[CONTROLLERS_HOOK], ml_request(obj)) is True
+
+
+@pytest.mark.parametrize("obj", ML_OBJECTS, ids=ml_ids(ML_OBJECTS))
+def test_ml_update_of_a_template_reaches_modelgate(webhooks, obj: dict) -> None:
+    ctx = ml_request(obj, "UPDATE", all_of(BOOKKEEPING, change_last_template))
+    assert ml_templates(ctx["object"]) != ml_templates(ctx["oldObject"])
+    assert called(webhooks[CONTROLLERS_HOOK], ctx) is True
+
+
+@pytest.mark.parametrize("obj", ML_OBJECTS, ids=ml_ids(ML_OBJECTS))
+def test_ml_update_leaving_the_templates_is_kept_out(webhooks, obj: dict) -> None:
+    hook = webhooks[CONTROLLERS_HOOK]
+    for change in (set_in("metadata", "labels", "team", "b"), set_in("status", "phase", "Running"), lambda o: None):
+        ctx = ml_request(obj, "UPDATE", all_of(BOOKKEEPING, change))
+        assert called(hook, ctx) is False, f"{obj['kind']} {obj['metadata']['name']}: sent"
+
+
+SCALE_CHANGES = {
+    # kind: a change of replicas next to (not in) a template
+    "RayCluster": set_in("spec", "workerGroupSpecs", 0, "replicas", 4),
+    "PyTorchJob": set_in("spec", "pytorchReplicaSpecs", "Worker", "replicas", 8),
+    "JobSet": set_in("spec", "replicatedJobs", 0, "replicas", 3),
+    "Job": set_in("spec", "tasks", 0, "replicas", 9),
+    "LeaderWorkerSet": set_in("spec", "replicas", 5),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCALE_CHANGES))
+def test_scaling_a_group_of_an_ml_kind_is_kept_out(webhooks, kind: str) -> None:
+    """A RayCluster autoscaler or an elastic job changes replicas all the time: never sent."""
+    obj = next(o for o in ML_OBJECTS if o["kind"] == kind)
+    ctx = ml_request(obj, "UPDATE", all_of(BOOKKEEPING, SCALE_CHANGES[kind]))
+    assert ctx["object"] != ctx["oldObject"]
+    assert called(webhooks[CONTROLLERS_HOOK], ctx) is False
+
+
+def test_ml_templates_added_or_removed_reach_modelgate(webhooks) -> None:
+    hook = webhooks[CONTROLLERS_HOOK]
+    ray = next(o for o in ML_OBJECTS if o["kind"] == "RayCluster")
+    group = copy.deepcopy(ray["spec"]["workerGroupSpecs"][0]) | {"groupName": "new"}
+    assert called(hook, ml_request(ray, "UPDATE", lambda o: o["spec"]["workerGroupSpecs"].append(group))) is True
+    assert called(hook, ml_request(ray, "UPDATE", lambda o: o["spec"]["workerGroupSpecs"].pop())) is True
+    torch = next(o for o in ML_OBJECTS if o["kind"] == "PyTorchJob")
+    assert called(hook, ml_request(torch, "UPDATE", lambda o: o["spec"]["pytorchReplicaSpecs"].pop("Worker"))) is True
+    lws = next(o for o in ML_OBJECTS if o["kind"] == "LeaderWorkerSet" and "leaderTemplate" not in o["spec"]["leaderWorkerTemplate"])
+    leader = {"spec": {"containers": [{"name": "leader", "image": "x"}]}}
+    assert called(hook, ml_request(lws, "UPDATE", set_in("spec", "leaderWorkerTemplate", "leaderTemplate", leader))) is True
+
+
+CLONESET = {
+    "group": "apps.kruise.io", "versions": ["v1alpha1"], "kind": "CloneSet", "plural": "clonesets",
+    "templates": [{"path": "spec.template"}],
+}  # fmt: skip
+
+
+def test_an_extra_kind_is_registered_and_its_unchanged_template_kept_out(assets: Assets) -> None:
+    values = assets.values_file("cloneset", yaml.safe_dump({"workloadKinds": {"extra": [CLONESET]}}))
+    docs = load(assets.render("extra-kinds", "-f", str(values)))
+    hook = webhook_configurations(docs)[CONTROLLERS_HOOK]
+    rules = [(r["apiGroups"], r["apiVersions"], r["resources"], r["operations"]) for r in hook["rules"]]
+    assert (["apps.kruise.io"], ["v1alpha1"], ["clonesets"], ["CREATE", "UPDATE"]) in rules
+    clone = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "web", "namespace": "team-a"},
+             "spec": {"replicas": 2, "template": pod_template()}}  # fmt: skip
+
+    def req(operation: str, change=None) -> dict:
+        obj = copy.deepcopy(clone)
+        old = None
+        if operation == "UPDATE":
+            old = copy.deepcopy(obj)
+            change(obj)
+        kind = {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "CloneSet"}
+        return {"request": {"kind": kind, "namespace": "team-a", "operation": operation, "userInfo": {"username": "alice"}},
+                "object": obj, "oldObject": old}  # fmt: skip
+
+    conditions = hook["matchConditions"]
+    assert called(conditions, req("CREATE")) is True
+    assert called(conditions, req("UPDATE", set_in("spec", "replicas", 5))) is False
+    assert called(conditions, req("UPDATE", set_in("spec", "template", "spec", "containers", 0, "image", "x"))) is True
+    # The server gets the same entry.
+    cm = next(d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-workload-kinds"))
+    assert yaml.safe_load(cm["data"]["workload-kinds.yaml"]) == [CLONESET]
+    _, c = deployment_container(docs)
+    assert any(a.startswith("--workload-kinds=") for a in c["args"])

@@ -620,8 +620,10 @@ fn stream_response(rx: mpsc::UnboundedReceiver<Bytes>, timeout: Option<Duration>
         .unwrap()
 }
 
-/// The workload kinds `audit` lists: plural, API path prefix, apiVersion, kind.
-const WORKLOAD_RESOURCES: [(&str, &str, &str, &str); 7] = [
+/// The workload kinds `audit` lists: plural, API path prefix, apiVersion, kind. The built-in
+/// ones are always served; a custom resource's only once [`FakeApiServer::serve_workload_kind`]
+/// installed it (its discovery document says so, as the real server's does).
+const WORKLOAD_RESOURCES: [(&str, &str, &str, &str); 10] = [
     ("pods", "/api/v1", "v1", "Pod"),
     ("jobs", "/apis/batch/v1", "batch/v1", "Job"),
     ("cronjobs", "/apis/batch/v1", "batch/v1", "CronJob"),
@@ -629,7 +631,25 @@ const WORKLOAD_RESOURCES: [(&str, &str, &str, &str); 7] = [
     ("statefulsets", "/apis/apps/v1", "apps/v1", "StatefulSet"),
     ("daemonsets", "/apis/apps/v1", "apps/v1", "DaemonSet"),
     ("replicasets", "/apis/apps/v1", "apps/v1", "ReplicaSet"),
+    (
+        "replicationcontrollers",
+        "/api/v1",
+        "v1",
+        "ReplicationController",
+    ),
+    ("rayclusters", "/apis/ray.io/v1", "ray.io/v1", "RayCluster"),
+    (
+        "leaderworkersets",
+        "/apis/leaderworkerset.x-k8s.io/v1",
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+    ),
 ];
+
+/// Whether a workload resource is built into the API server (served without a CRD).
+fn built_in(prefix: &str) -> bool {
+    matches!(prefix, "/api/v1" | "/apis/batch/v1" | "/apis/apps/v1")
+}
 
 /// One list call of a workload resource, as the server saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -651,6 +671,10 @@ struct Workloads {
     lists: Vec<WorkloadList>,
     /// uids given so far.
     uids: u64,
+    /// The custom workload resources installed (by plural).
+    served: std::collections::BTreeSet<&'static str>,
+    /// Discovery documents asked for, by path.
+    pub(crate) discovery: Vec<String>,
 }
 
 /// `plural` as the `&'static str` of [`WORKLOAD_RESOURCES`].
@@ -674,17 +698,22 @@ impl Workloads {
         query: &HashMap<String, String>,
     ) -> Option<Response> {
         let path = uri.path();
-        let (plural, prefix, api_version, kind) =
-            WORKLOAD_RESOURCES
-                .iter()
-                .copied()
-                .find(|(plural, prefix, _, _)| {
-                    path.strip_prefix(prefix).is_some_and(|rest| {
-                        rest == format!("/{plural}")
-                            || (rest.starts_with("/namespaces/")
-                                && rest.ends_with(&format!("/{plural}")))
-                    })
-                })?;
+        if method == Method::GET
+            && (path == "/api/v1" || path.matches('/').count() == 3 && path.starts_with("/apis/"))
+        {
+            return self.discovery(path);
+        }
+        let (plural, prefix, api_version, kind) = WORKLOAD_RESOURCES
+            .iter()
+            .copied()
+            .filter(|(plural, prefix, _, _)| built_in(prefix) || self.served.contains(plural))
+            .find(|(plural, prefix, _, _)| {
+                path.strip_prefix(prefix).is_some_and(|rest| {
+                    rest == format!("/{plural}")
+                        || (rest.starts_with("/namespaces/")
+                            && rest.ends_with(&format!("/{plural}")))
+                })
+            })?;
         let rest = &path[prefix.len()..];
         let namespace = rest
             .strip_prefix("/namespaces/")
@@ -776,7 +805,59 @@ impl Workloads {
     }
 }
 
+impl Workloads {
+    /// The discovery document of a group version (`/apis/apps/v1`, `/api/v1`): the workload
+    /// resources served there (and, for the core group, what the watches read). `None` (the
+    /// plain 404) for a group version that serves no workload resource.
+    fn discovery(&mut self, path: &str) -> Option<Response> {
+        self.discovery.push(path.to_string());
+        let resource = |name: &str, kind: &str, namespaced: bool| {
+            json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": namespaced,
+                   "kind": kind, "verbs": ["get", "list", "watch"]})
+        };
+        let mut resources: Vec<Value> = WORKLOAD_RESOURCES
+            .iter()
+            .filter(|(plural, prefix, _, _)| {
+                *prefix == path && (built_in(prefix) || self.served.contains(plural))
+            })
+            .map(|(plural, _, _, kind)| resource(plural, kind, true))
+            .collect();
+        if path == "/api/v1" {
+            resources.push(resource("namespaces", "Namespace", false));
+            resources.push(resource("nodes", "Node", false));
+            resources.push(resource(
+                "persistentvolumeclaims",
+                "PersistentVolumeClaim",
+                true,
+            ));
+        }
+        if resources.is_empty() {
+            return None;
+        }
+        let group_version = path
+            .trim_start_matches("/api/")
+            .trim_start_matches("/apis/");
+        Some(json_response(
+            200,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1",
+                    "groupVersion": group_version, "resources": resources}),
+        ))
+    }
+}
+
 impl FakeApiServer {
+    /// Installs the CRD of a custom workload resource of [`WORKLOAD_RESOURCES`] (`rayclusters`,
+    /// `leaderworkersets`): from then on discovery names it and its objects are listed.
+    pub fn serve_workload_kind(&self, plural: &str) {
+        let plural = workload_plural(plural);
+        self.lock().workloads.served.insert(plural);
+    }
+
+    /// The discovery documents asked for so far, by path.
+    pub fn discovery_requests(&self) -> Vec<String> {
+        self.lock().workloads.discovery.clone()
+    }
+
     /// Adds a workload (`plural` one of pods, jobs, cronjobs, deployments, statefulsets,
     /// daemonsets, replicasets); `apiVersion` and `kind` are filled in, and a `metadata.uid`
     /// when it has none (the real server gives every object one; [`Self::workload_uid`]).

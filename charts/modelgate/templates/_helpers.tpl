@@ -116,11 +116,14 @@ of audit.reportApi only.
   resources: ["pods"]
   verbs: ["list"]
 - apiGroups: ["batch"]
-  resources: ["jobs", "cronjobs"]
+  resources: ["jobs"]
   verbs: ["list"]
-- apiGroups: ["apps"]
-  resources: ["deployments", "statefulsets", "daemonsets", "replicasets"]
+{{- /* The kinds of the workload-kind table: the audit lists those the cluster serves. */}}
+{{- range (include "modelgate.workloadKinds" . | fromJsonArray) }}
+- apiGroups: [{{ default "" .group | quote }}]
+  resources: [{{ .plural | quote }}]
   verbs: ["list"]
+{{- end }}
 {{- if eq .Values.audit.reportApi "policyreport" }}
 - apiGroups: ["wgpolicyk8s.io"]
   resources: ["policyreports"]
@@ -172,6 +175,9 @@ kube-system and their own namespace (POD_NAMESPACE), which is the release namesp
 {{- range .Values.prepHostPaths }}
 - {{ printf "--prep-host-path=%s" . | quote }}
 {{- end }}
+{{- if .Values.workloadKinds.extra }}
+- --workload-kinds={{ include "modelgate.workloadKindsPath" . }}
+{{- end }}
 {{- if .Values.exemptNamespaces }}
 {{- range (include "modelgate.exemptNamespaces" . | fromJsonArray) }}
 - --exempt-namespace={{ . }}
@@ -218,28 +224,171 @@ matchExpressions:
   scope: Namespaced
 {{- end -}}
 
+{{/* The ConfigMap of workloadKinds.extra, and where the server reads it. */}}
+{{- define "modelgate.workloadKindsName" -}}
+{{- printf "%s-workload-kinds" (include "modelgate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- define "modelgate.workloadKindsPath" -}}
+/etc/modelgate/workload-kinds/workload-kinds.yaml
+{{- end -}}
+
 {{/*
-The workload controllers whose pod templates the validating webhook judges (SPEC.md §11), in
-a webhook entry of their own (validate-controllers.modelgate.io). UPDATE only with
+The workload-kind table (SPEC.md §11, §12) as JSON: the rows the server ships
+(files/workload-kinds.yaml, the same file as crates/modelgate-core/src/admission/
+workload-kinds.yaml), each replaced by the entry of workloadKinds.extra of the same group and
+kind, then the other extra entries. The server reads the same extra entries (--workload-kinds),
+so what is registered here is what it judges.
+*/}}
+{{- define "modelgate.workloadKinds" -}}
+{{- $rows := .Files.Get "files/workload-kinds.yaml" | fromYamlArray -}}
+{{- $extra := .Values.workloadKinds.extra | default list -}}
+{{- $out := list -}}
+{{- range $rows -}}
+{{- $row := . -}}
+{{- range $extra -}}
+{{- if and (eq (default "" .group) (default "" $row.group)) (eq .kind $row.kind) -}}
+{{- $row = . -}}
+{{- end -}}
+{{- end -}}
+{{- $out = append $out $row -}}
+{{- end -}}
+{{- range $extra -}}
+{{- $e := . -}}
+{{- $shipped := false -}}
+{{- range $rows -}}
+{{- if and (eq (default "" .group) (default "" $e.group)) (eq .kind $e.kind) -}}
+{{- $shipped = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $shipped -}}
+{{- $out = append $out $e -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The rules of validate-controllers.modelgate.io: one per row of the table. UPDATE only with
 matchConditions: without the condition that skips an unchanged template, every scale of a
 ReplicaSet by the Deployment controller (an UPDATE of the resource itself) would wait on
-modelgate, and fail while it is down.
+modelgate, and fail while it is down. A rule may name a resource the cluster does not serve
+(a CRD not installed): the API server accepts it and never matches it.
 */}}
 {{- define "modelgate.controllerRules" -}}
 {{- $ops := ternary (list "CREATE" "UPDATE") (list "CREATE") .Values.matchConditions.enabled -}}
-- apiGroups: ["apps"]
-  apiVersions: ["v1"]
+{{- range (include "modelgate.workloadKinds" . | fromJsonArray) }}
+- apiGroups: [{{ default "" .group | quote }}]
+  apiVersions: {{ .versions | toJson | replace "," ", " }}
   operations: {{ $ops | toJson | replace "," ", " }}
-  resources: ["deployments", "statefulsets", "daemonsets", "replicasets"]
-  scope: Namespaced
-- apiGroups: [""]
-  apiVersions: ["v1"]
-  operations: {{ $ops | toJson | replace "," ", " }}
-  resources: ["replicationcontrollers"]
-  scope: Namespaced
-- apiGroups: ["batch"]
-  apiVersions: ["v1"]
-  operations: {{ $ops | toJson | replace "," ", " }}
-  resources: ["cronjobs"]
-  scope: Namespaced
+  resources: [{{ .plural | quote }}]
+  scope: {{ default "Namespaced" .scope }}
+{{- end }}
+{{- end -}}
+
+{{/* `has(r.a) && has(r.a.b)`: every key of a path exists under r ("true" without keys). */}}
+{{- define "modelgate.celHas" -}}
+{{- $at := .root -}}
+{{- $has := list -}}
+{{- range .keys -}}
+{{- $at = printf "%s.%s" $at . -}}
+{{- $has = append $has (printf "has(%s)" $at) -}}
+{{- end -}}
+{{- if $has -}}{{ join " && " $has }}{{- else -}}true{{- end -}}
+{{- end -}}
+
+{{/* `r.a.b`: the value at a path under r. */}}
+{{- define "modelgate.celGet" -}}
+{{- $at := .root -}}
+{{- range .keys -}}
+{{- $at = printf "%s.%s" $at . -}}
+{{- end -}}
+{{- $at -}}
+{{- end -}}
+
+{{/*
+A CEL expression, true when an UPDATE changed what a template path of the table finds: the
+value at the path, or what a list or map step finds in each element. `spec.tasks[*].template`
+compares the tasks' templates in order (a change of a task's replicas is not a change);
+`spec.pytorchReplicaSpecs.*.template` compares each key's template, whatever the maps' order;
+a path with a second wildcard compares the whole list or map at the first. Never an error on an
+absent field: each step is guarded by has().
+*/}}
+{{- define "modelgate.templateChanged" -}}
+{{- $prefix := list -}}
+{{- $wild := "" -}}
+{{- $suffix := list -}}
+{{- $more := false -}}
+{{- range (splitList "." .) -}}
+{{- $seg := . -}}
+{{- if eq $wild "" -}}
+{{- if eq $seg "*" -}}
+{{- $wild = "map" -}}
+{{- else if hasSuffix "[*]" $seg -}}
+{{- $prefix = append $prefix (trimSuffix "[*]" $seg) -}}
+{{- $wild = "list" -}}
+{{- else -}}
+{{- $prefix = append $prefix $seg -}}
+{{- end -}}
+{{- else -}}
+{{- if or (eq $seg "*") (hasSuffix "[*]" $seg) -}}
+{{- $more = true -}}
+{{- end -}}
+{{- $suffix = append $suffix (trimSuffix "[*]" $seg) -}}
+{{- end -}}
+{{- end -}}
+{{- $gNew := include "modelgate.celHas" (dict "root" "object" "keys" $prefix) -}}
+{{- $gOld := include "modelgate.celHas" (dict "root" "oldObject" "keys" $prefix) -}}
+{{- $vNew := include "modelgate.celGet" (dict "root" "object" "keys" $prefix) -}}
+{{- $vOld := include "modelgate.celGet" (dict "root" "oldObject" "keys" $prefix) -}}
+{{- $differ := printf "%s != %s" $vNew $vOld -}}
+{{- if and (eq $wild "list") (not $more) $suffix -}}
+{{- $h := include "modelgate.celHas" (dict "root" "e" "keys" $suffix) -}}
+{{- $get := include "modelgate.celGet" (dict "root" "e" "keys" $suffix) -}}
+{{- $differ = printf "%s.filter(e, %s).map(e, %s) != %s.filter(e, %s).map(e, %s)" $vNew $h $get $vOld $h $get -}}
+{{- else if and (eq $wild "map") (not $more) -}}
+{{- $nk := printf "%s[k]" $vNew -}}
+{{- $ok := printf "%s[k]" $vOld -}}
+{{- $hN := include "modelgate.celHas" (dict "root" $nk "keys" $suffix) -}}
+{{- $hO := include "modelgate.celHas" (dict "root" $ok "keys" $suffix) -}}
+{{- $sN := include "modelgate.celGet" (dict "root" $nk "keys" $suffix) -}}
+{{- $sO := include "modelgate.celGet" (dict "root" $ok "keys" $suffix) -}}
+{{- $differ = printf "%s.exists(k, %s && !(k in %s && %s && %s == %s)) || %s.exists(k, %s && !(k in %s && %s))" $vNew $hN $vOld $hO $sN $sO $vOld $hO $vNew $hN -}}
+{{- end -}}
+{{- printf "(%s) != (%s) || (%s) && (%s)" $gNew $gOld $gNew $differ -}}
+{{- end -}}
+
+{{/* `request.kind.group == 'g' && request.kind.kind == 'K'`: a request for a row's kind. */}}
+{{- define "modelgate.celKind" -}}
+{{- printf "request.kind.group == '%s' && request.kind.kind == '%s'" (default "" .group) .kind -}}
+{{- end -}}
+
+{{/* The unchanged-template condition: each row's kind, any of its template paths changed. */}}
+{{- define "modelgate.celTemplatesChanged" -}}
+{{- range (include "modelgate.workloadKinds" . | fromJsonArray) -}}
+{{- $changed := list -}}
+{{- range .templates -}}
+{{- $changed = append $changed (printf "(%s)" (include "modelgate.templateChanged" .path)) -}}
+{{- end }}
+{{ include "modelgate.celKind" . }}
+? {{ join " || " $changed }}
+:
+{{- end }} true
+{{- end -}}
+
+{{/*
+The excluded priority classes, for the rows with one pod template at a fixed path (the built-in
+controllers): a template of such a class is not sent. A kind with several templates is always
+sent (one template of the class does not say what the others are).
+*/}}
+{{- define "modelgate.celPriorityExcluded" -}}
+{{- $classes := .classes -}}
+{{- range (include "modelgate.workloadKinds" .root | fromJsonArray) -}}
+{{- $t := first .templates -}}
+{{- if and (eq (len .templates) 1) (not (contains "*" $t.path)) (eq (default "PodTemplateSpec" $t.shape) "PodTemplateSpec") -}}
+{{- $keys := concat (splitList "." $t.path) (list "spec" "priorityClassName") }}
+{{ include "modelgate.celKind" . }}
+? !({{ include "modelgate.celHas" (dict "root" "object" "keys" $keys) }}) || !({{ include "modelgate.celGet" (dict "root" "object" "keys" $keys) }} in {{ $classes }})
+:
+{{- end -}}
+{{- end }} true
 {{- end -}}

@@ -54,15 +54,16 @@ matchConditions:
 {{- end -}}
 
 {{/*
-matchConditions of the controllers' entry (validate-controllers.modelgate.io, SPEC.md §11):
-- an UPDATE that leaves the pod template as it was (a scale of the resource itself, a label, an
-  annotation of the controller, the Deployment controller's bookkeeping on its ReplicaSets):
-  nothing its pods will be judged on changed. The API server validates the object before it
-  calls a validating webhook, and each of these kinds requires its template, so both paths
-  exist; on CREATE oldObject is null and the first test decides;
+matchConditions of the workload kinds' entry (validate-controllers.modelgate.io, SPEC.md §11,
+§12), rendered from the workload-kind table:
+- an UPDATE that leaves every pod template as it was (a scale of the resource itself or of a
+  worker group, a label, an annotation, status, the Deployment controller's bookkeeping on its
+  ReplicaSets): nothing its pods will be judged on changed. Each step of a template path is
+  guarded by has(), so an absent template (optional in most custom resources) is no error; on
+  CREATE oldObject is null and the first test decides;
 - modelgate's own service account and the exempt namespaces, as for Pods and Jobs;
 - templates of the priority classes in matchConditions.excludePriorityClasses, whose pods the
-  Pod webhook never sees either.
+  Pod webhook never sees either (kinds with one template at a fixed path).
 No mirror-pod condition: only Pods are mirror pods.
 */}}
 {{- define "modelgate.controllerMatchConditions" -}}
@@ -70,10 +71,8 @@ No mirror-pod condition: only Pods are mirror pods.
 matchConditions:
   - name: exclude-unchanged-pod-template
     expression: >-
-      request.operation != 'UPDATE' ||
-      (request.kind.kind == 'CronJob'
-      ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template
-      : object.spec.template != oldObject.spec.template)
+      request.operation != 'UPDATE' || (
+      {{- include "modelgate.celTemplatesChanged" . | trim | nindent 6 }})
   - name: exclude-own-service-account
     expression: >-
       request.userInfo.username != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
@@ -84,9 +83,7 @@ matchConditions:
   {{- $classes := toJson . | replace "\"" "'" }}
   - name: exclude-priority-classes
     expression: >-
-      request.kind.kind == 'CronJob'
-      ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {{ $classes }})
-      : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
+      {{- include "modelgate.celPriorityExcluded" (dict "root" $ "classes" $classes) | trim | nindent 6 }}
   {{- end }}
 {{- end }}
 {{- end -}}

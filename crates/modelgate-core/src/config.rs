@@ -3,6 +3,9 @@
 //! The command line (the `modelgate` package's `PolicyArgs`) parses them with the checks below,
 //! so an invalid value stops the program before anything else happens.
 
+use std::sync::Arc;
+
+use crate::admission::WorkloadKinds;
 use crate::namespaces::Mode;
 
 /// Largest uid/gid Kubernetes accepts (`int32` max).
@@ -86,6 +89,10 @@ pub struct PolicyConfig {
     /// Node directories under which a `hostPath` cache volume still gets the prep, normalised
     /// ([`parse_prep_host_path`]); none by default (SPEC.md §4).
     pub prep_host_paths: Vec<String>,
+
+    /// The kinds whose pod templates are judged at apply time, and where the templates are
+    /// (SPEC.md §11, §12): the rows shipped, plus `--workload-kinds`.
+    pub workload_kinds: Arc<WorkloadKinds>,
 }
 
 impl Default for PolicyConfig {
@@ -104,6 +111,7 @@ impl Default for PolicyConfig {
             exempt_namespaces: Vec::new(),
             default_mode: Mode::Enforce,
             prep_host_paths: Vec::new(),
+            workload_kinds: WorkloadKinds::defaults(),
         }
     }
 }

@@ -54,8 +54,7 @@ impl FieldPath {
     }
 
     /// The JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`).
-    #[cfg(test)]
-    fn pointer(&self) -> String {
+    pub(crate) fn pointer(&self) -> String {
         let mut out = String::new();
         self.write_pointer(&mut out);
         out

@@ -259,7 +259,14 @@ pub fn write_stream<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::WorkloadKinds;
     use crate::audit::AuditedKind;
+
+    fn kind(name: &str) -> AuditedKind {
+        static TABLE: std::sync::OnceLock<WorkloadKinds> = std::sync::OnceLock::new();
+        let table = TABLE.get_or_init(WorkloadKinds::default);
+        AuditedKind::of(table, "apps/v1", name).unwrap()
+    }
 
     fn scope(kind: AuditedKind, name: &str, uid: Option<&str>) -> Scope {
         Scope {
@@ -275,14 +282,14 @@ mod tests {
     fn names_come_from_the_uid_or_the_kind_and_name() {
         assert_eq!(
             report_name(&scope(
-                AuditedKind::Deployment,
+                kind("Deployment"),
                 "web",
                 Some("0b7c3f2e-1111-4a2b-8c3d-000000000001")
             )),
             "modelgate-0b7c3f2e-1111-4a2b-8c3d-000000000001"
         );
         assert_eq!(
-            report_name(&scope(AuditedKind::StatefulSet, "db.v2", None)),
+            report_name(&scope(kind("StatefulSet"), "db.v2", None)),
             "modelgate-statefulset-db.v2"
         );
     }

@@ -60,8 +60,8 @@ pub struct Request {
     pub operation: &'static str,
     pub dry_run: bool,
     pub object: Option<Box<RawValue>>,
-    /// `oldObject` of an UPDATE of a workload controller (whose unchanged template is allowed
-    /// untouched); `None` for every other request.
+    /// `oldObject` of an UPDATE of any kind but a Pod or a Job (a kind of the workload-kind
+    /// table, whose unchanged templates are allowed untouched); `None` for a Pod or a Job.
     pub old_object: Option<Box<RawValue>>,
 }
 
@@ -402,12 +402,14 @@ impl Request {
             Operation::Delete => "DELETE",
             Operation::Connect => "CONNECT",
         };
-        let controller = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind)
-            .is_some_and(WorkloadKind::is_controller);
+        // Pods and Jobs are judged on CREATE (and ephemeral containers): only the kinds whose
+        // templates are judged on UPDATE keep the old object, to compare the templates.
+        let mutated = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind)
+            .is_some_and(WorkloadKind::is_mutated);
         Request {
             old_object: head
                 .old_object
-                .filter(|o| controller && o.get() != "null")
+                .filter(|o| !mutated && o.get() != "null")
                 .map(|o| o.to_owned()),
             envelope,
             group: head.kind.group,

@@ -9,10 +9,16 @@ mod decode;
 mod encode;
 mod kinds;
 mod mode;
+mod templates;
+
+pub use templates::{TemplateAt, partial_findings, templates_of};
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request, create_review};
-pub use kinds::WorkloadKind;
+pub use kinds::{
+    Completeness, DEFAULT_TABLE, KindEntry, Scope, Shape, Step, TableError, TemplatePath,
+    WorkloadKind, WorkloadKinds, split_api_version,
+};
 
 use decode::ObjectInput;
 pub use mode::PolicyResult;
@@ -24,9 +30,8 @@ use serde_json::value::RawValue;
 use crate::cache::Resolved;
 use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
-use crate::policy::view::{
-    self, ControllerView, CronJobView, JobView, ObjectMetaView, PodTemplateOf, PodView,
-};
+use crate::patch::FieldPath;
+use crate::policy::view::{self, JobView, ObjectMetaView, PodTemplateOf, PodView};
 use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
@@ -233,7 +238,19 @@ fn decide_unbounded(
     body: &[u8],
     ctx: &Context,
 ) -> Decision {
-    let Some(kind) = req.workload_kind() else {
+    if let Some(entry) = ctx
+        .config
+        .workload_kinds
+        .find(&req.group, &req.version, &req.kind)
+    {
+        let object = match object {
+            ObjectInput::Missing => None,
+            ObjectInput::Raw(raw) => Some(raw),
+            ObjectInput::Decoded(_) => decode::raw_object(body),
+        };
+        return templates::decide(webhook, req, entry, object, ctx);
+    }
+    let Some(kind) = req.workload_kind().filter(|k| k.is_mutated()) else {
         let mut d = Decision::allow();
         if webhook == Webhook::Mutate {
             d.warnings.push(format!(
@@ -243,17 +260,11 @@ fn decide_unbounded(
         }
         return d;
     };
-    let controller = kind.is_controller();
-    if controller && webhook == Webhook::Mutate {
-        // Never patched (SPEC.md §11): its pods are mutated when they are created.
-        return Decision::allow();
-    }
     let ephemeral_update = kind == WorkloadKind::Pod
         && req.operation == "UPDATE"
         && req.sub_resource.as_deref() == Some("ephemeralcontainers");
-    let template_update = controller && req.operation == "UPDATE" && req.sub_resource.is_none();
     let create = req.operation == "CREATE" && req.sub_resource.is_none();
-    if !(create || ephemeral_update || template_update) || ctx.config.is_exempt(&req.namespace) {
+    if !(create || ephemeral_update) || ctx.config.is_exempt(&req.namespace) {
         return Decision::allow();
     }
     let (decoded, raw) = match object {
@@ -271,23 +282,13 @@ fn decide_unbounded(
         Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
         Err(_) => req.namespace.as_str(),
     };
-    // Only an UPDATE of a controller looks for the object's text: finding it again in a body
-    // decoded in one pass parses the whole body a second time.
-    let unchanged_template = || {
-        template_update && {
-            let object = raw.or_else(|| decode::raw_object(body));
-            !template_changed(kind, object, req.old_object.as_deref())
-        }
-    };
-    if is_exempt(ctx, namespace, &decoded) || unchanged_template() {
+    if is_exempt(ctx, namespace, &decoded) {
         let mut d = Decision::allow();
         d.object_namespace = Some(namespace.to_string());
         d.object_name = decoded.ok().and_then(|d| d.name().map(str::to_string));
         return d;
     }
     let ns_mode = ctx.namespaces.mode(namespace, ctx.config.default_mode);
-    // What the pods of a controller's template would be told about their model (SPEC.md §11).
-    let mut template_warnings = Vec::new();
     let mut decision = if ns_mode.mode == Mode::Off {
         mode::off()
     } else {
@@ -295,15 +296,6 @@ fn decide_unbounded(
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
             let workload = d.workload(namespace, restricted)?;
             match (webhook, ns_mode.mode) {
-                // The template as its pods will be created: mutated in memory, then judged.
-                _ if controller => {
-                    let Some(object) = raw.or_else(|| decode::raw_object(body)) else {
-                        return judge(Webhook::Validate, false, &workload, ctx);
-                    };
-                    let mutation = judge(Webhook::Mutate, false, &workload, ctx)?;
-                    template_warnings.extend(mutation.miss_warning.clone());
-                    validate_mutated(kind, object, mutation, false, &workload, ctx)
-                }
                 // Nothing was patched in these modes, so the validator judges the object as
                 // enforce's mutation would have left it: only the denials enforce would give.
                 (Webhook::Validate, Mode::Warn | Mode::Audit) => {
@@ -319,29 +311,12 @@ fn decide_unbounded(
         });
         mode::answer(ns_mode, verdict)
     };
-    if matches!(decision.mode, Some(Mode::Enforce | Mode::Warn)) {
-        decision.warnings.extend(template_warnings);
-    }
     decision.object_namespace = Some(namespace.to_string());
     decision.object_name = decoded
         .as_ref()
         .ok()
         .and_then(|d| d.name().map(str::to_string));
     decision
-}
-
-/// Whether an UPDATE changed the controller's pod template (SPEC.md §11: a scale, a label or a
-/// status leaves it as it was and is not judged). Compared as JSON values, so that key order
-/// does not count; without an old object to compare with, it counts as changed.
-fn template_changed(kind: WorkloadKind, object: Option<&RawValue>, old: Option<&RawValue>) -> bool {
-    let template = |raw: Option<&RawValue>| {
-        let value: serde_json::Value = serde_json::from_str(raw?.get()).ok()?;
-        value.pointer(&kind.pod_template_pointer()).cloned()
-    };
-    match (template(object), template(old)) {
-        (Some(new), Some(old)) => new != old,
-        _ => true,
-    }
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.
@@ -418,9 +393,6 @@ fn validate_mutated(
 enum DecodedObject<'a> {
     Pod(PodView<'a>),
     Job(JobView<'a>),
-    /// A Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController.
-    Controller(WorkloadKind, ControllerView<'a>),
-    CronJob(CronJobView<'a>),
 }
 
 const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes API schema.";
@@ -439,11 +411,7 @@ impl<'a> DecodedObject<'a> {
         }
         let decoded = match kind {
             WorkloadKind::Pod => view::decode_pod(text).map(DecodedObject::Pod),
-            WorkloadKind::Job => view::decode_job(text).map(DecodedObject::Job),
-            WorkloadKind::CronJob => view::decode_cron_job(text).map(DecodedObject::CronJob),
-            controller => {
-                view::decode_controller(text).map(|c| DecodedObject::Controller(controller, c))
-            }
+            _ => view::decode_job(text).map(DecodedObject::Job),
         };
         let decoded = decoded.map_err(|failure| {
             // Both may quote the object (a map key in the path, a string value in the message):
@@ -470,8 +438,6 @@ impl<'a> DecodedObject<'a> {
         let found = match &self {
             DecodedObject::Pod(p) => p.kind.as_deref(),
             DecodedObject::Job(j) => j.kind.as_deref(),
-            DecodedObject::Controller(_, c) => c.kind.as_deref(),
-            DecodedObject::CronJob(c) => c.kind.as_deref(),
         };
         if let Some(found) = found
             && found != kind.as_str()
@@ -493,8 +459,6 @@ impl<'a> DecodedObject<'a> {
         match self {
             DecodedObject::Pod(p) => p.metadata.as_ref(),
             DecodedObject::Job(j) => j.metadata.as_ref(),
-            DecodedObject::Controller(_, c) => c.metadata.as_ref(),
-            DecodedObject::CronJob(c) => c.metadata.as_ref(),
         }
     }
 
@@ -522,17 +486,17 @@ impl<'a> DecodedObject<'a> {
             .or(meta.generate_name.as_deref())
     }
 
-    fn kind(&self) -> WorkloadKind {
-        match self {
-            DecodedObject::Pod(_) => WorkloadKind::Pod,
-            DecodedObject::Job(_) => WorkloadKind::Job,
-            DecodedObject::Controller(kind, _) => *kind,
-            DecodedObject::CronJob(_) => WorkloadKind::CronJob,
-        }
+    /// Where the pod's metadata and spec are: `metadata`/`spec` of a Pod,
+    /// `spec.template.metadata`/`spec.template.spec` of a Job. Denials name fields under these.
+    fn pod_paths(&self) -> (FieldPath, FieldPath) {
+        let root = match self {
+            DecodedObject::Pod(_) => FieldPath::root(),
+            DecodedObject::Job(_) => FieldPath::root().keys(["spec", "template"]),
+        };
+        (root.key("metadata"), root.key("spec"))
     }
 
-    /// The pod template of a Job or a controller, with the path of its spec for a denial that
-    /// it is missing.
+    /// The pod template of a Job, with the path of its spec for a denial that it is missing.
     fn template(
         &self,
     ) -> (
@@ -545,22 +509,10 @@ impl<'a> DecodedObject<'a> {
                 j.spec.as_ref().and_then(|s| s.template.as_ref()),
                 "spec.template.spec",
             ),
-            DecodedObject::Controller(_, c) => (
-                c.spec.as_ref().and_then(|s| s.template.as_ref()),
-                "spec.template.spec",
-            ),
-            DecodedObject::CronJob(c) => (
-                c.spec
-                    .as_ref()
-                    .and_then(|s| s.job_template.as_ref())
-                    .and_then(|t| t.spec.as_ref())
-                    .and_then(|s| s.template.as_ref()),
-                "spec.jobTemplate.spec.template.spec",
-            ),
         }
     }
 
-    /// The pod the rules judge: the Pod itself, or the pod template of a Job or a controller,
+    /// The pod the rules judge: the Pod itself, or the pod template of a Job,
     /// with the paths of its metadata and spec inside the object.
     fn workload<'w>(
         &'w self,
@@ -569,7 +521,7 @@ impl<'a> DecodedObject<'a> {
     ) -> Result<Workload<'w>, Denial> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
-        let (meta_path, spec_path) = self.kind().pod_paths();
+        let (meta_path, spec_path) = self.pod_paths();
         let (metadata, spec) = match (self, self.template()) {
             (DecodedObject::Pod(p), (_, spec_field)) => (
                 p.metadata.as_ref(),
@@ -603,3 +555,6 @@ mod mode_tests;
 
 #[cfg(test)]
 mod controller_tests;
+
+#[cfg(test)]
+mod template_tests;

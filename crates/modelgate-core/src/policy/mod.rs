@@ -408,6 +408,11 @@ pub(crate) fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutat
     Ok(m)
 }
 
+/// A partial template's findings (SPEC.md §12): only what its own fields say.
+pub(crate) fn validate_present(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
+    validate::validate(w, cfg, Checks::Present)
+}
+
 /// The validating webhook's decision; `ephemeral_update` for a Pod UPDATE of the
 /// `ephemeralcontainers` subresource.
 pub(crate) fn validate(

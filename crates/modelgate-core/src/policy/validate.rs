@@ -78,6 +78,9 @@ const PREP_ADVICE: &str =
 pub enum Checks {
     RangesOnly,
     All,
+    /// A partial template (SPEC.md §12): only what its fields say — the ranges, and a
+    /// `runAsNonRoot: false` it writes. What it leaves out is filled in elsewhere.
+    Present,
     /// An `ephemeralcontainers` update: everything, but the effective `runAsNonRoot` only of
     /// the ephemeral containers. The others are immutable and already run (a pod created before
     /// modelgate may have none): refusing the update would protect nothing and only stop
@@ -156,6 +159,14 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
             GID_ADVICE,
         );
         check_range(&mut out, (&pod_sc, "fsGroup"), sc.fs_group, 0, GID_ADVICE);
+        if checks == Checks::Present && sc.run_as_non_root == Some(false) {
+            out.push(Violation {
+                rule: Rule::NonRoot,
+                field: pod_sc().key("runAsNonRoot").to_string(),
+                problem: "false is not allowed".into(),
+                advice: NONROOT_ADVICE,
+            });
+        }
     }
 
     let managed = cache_prep::is_managed(w, cfg);
@@ -163,7 +174,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     // The one init container that may be the canonical prep: the first of that name, judged
     // once against the canonical container for this pod, when modelgate manages one (a second
     // container of that name is a second root container, never canonical).
-    let canonical_prep = (checks != Checks::RangesOnly && managed)
+    let canonical_prep = (matches!(checks, Checks::All | Checks::EphemeralUpdate) && managed)
         .then(|| {
             let i = w
                 .spec
@@ -182,7 +193,7 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
             match checks {
                 // The mutation replaces a prep container it owns; it is judged after that.
                 Checks::RangesOnly if managed && c.list == ContainerList::Init => continue,
-                Checks::RangesOnly => {}
+                Checks::RangesOnly | Checks::Present => {}
                 Checks::All | Checks::EphemeralUpdate => {
                     if c.list == ContainerList::Init && canonical_prep == Some(c.index) {
                         continue;
@@ -218,6 +229,17 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
             Checks::RangesOnly => false,
             Checks::All => true,
             Checks::EphemeralUpdate => c.list == ContainerList::Ephemeral,
+            Checks::Present => {
+                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
+                    out.push(Violation {
+                        rule: Rule::NonRoot,
+                        field: sc_path().key("runAsNonRoot").to_string(),
+                        problem: "false is not allowed".into(),
+                        advice: NONROOT_ADVICE,
+                    });
+                }
+                false
+            }
         };
         if judged {
             check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);

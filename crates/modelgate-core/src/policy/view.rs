@@ -567,7 +567,7 @@ view! {
 pub type PodView<'a> = PodOf<'a, InitContainerView<'a>>;
 
 view! {
-    /// `spec.template` of a Job.
+    /// A pod template: `spec.template` of a Job, or a template of a workload kind's object.
     pub struct PodTemplateOf<'a, I> expecting "PodTemplateSpec" {
         "metadata" => metadata: Option<ObjectMetaView<'a>>,
         "spec" => spec: Option<PodSpecOf<'a, I>>,
@@ -592,52 +592,6 @@ view! {
 
 /// A Job as the rules read it.
 pub type JobView<'a> = JobOf<'a, InitContainerView<'a>>;
-
-view! {
-    /// `spec` of a Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController:
-    /// only its pod template is read.
-    pub struct ControllerSpecOf<'a, I> expecting "a workload controller's spec" {
-        "template" => template: Option<PodTemplateOf<'a, I>>,
-    }
-}
-
-view! {
-    /// A Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController.
-    pub struct ControllerOf<'a, I> expecting "a workload controller" {
-        "kind" => kind: Option<Str<'a>>,
-        "metadata" => metadata: Option<ObjectMetaView<'a>>,
-        "spec" => spec: Option<ControllerSpecOf<'a, I>>,
-    }
-}
-
-/// A workload controller as the rules read it.
-pub type ControllerView<'a> = ControllerOf<'a, InitContainerView<'a>>;
-
-view! {
-    /// `spec.jobTemplate` of a CronJob.
-    pub struct JobTemplateOf<'a, I> expecting "JobTemplateSpec" {
-        "spec" => spec: Option<JobSpecOf<'a, I>>,
-    }
-}
-
-view! {
-    /// `spec` of a CronJob: only its job template is read.
-    pub struct CronJobSpecOf<'a, I> expecting "CronJobSpec" {
-        "jobTemplate" => job_template: Option<JobTemplateOf<'a, I>>,
-    }
-}
-
-view! {
-    /// A batch/v1 CronJob.
-    pub struct CronJobOf<'a, I> expecting "CronJob" {
-        "kind" => kind: Option<Str<'a>>,
-        "metadata" => metadata: Option<ObjectMetaView<'a>>,
-        "spec" => spec: Option<CronJobSpecOf<'a, I>>,
-    }
-}
-
-/// A CronJob as the rules read it.
-pub type CronJobView<'a> = CronJobOf<'a, InitContainerView<'a>>;
 
 impl<'a> PodSpecView<'a> {
     pub fn init_containers(&self) -> &[InitContainerView<'a>] {
@@ -693,15 +647,17 @@ pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
     serde_json::from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
 }
 
-/// Decodes a Deployment, StatefulSet, DaemonSet, ReplicaSet or ReplicationController, as
+/// Decodes a pod template (`metadata` and `spec`) of a workload kind's object, as
 /// [`decode_pod`].
-pub fn decode_controller(text: &str) -> Result<ControllerView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<ControllerOf<'_, ContainerView<'_>>>(text))
+pub fn decode_pod_template(
+    text: &str,
+) -> Result<PodTemplateOf<'_, InitContainerView<'_>>, DecodeFailure> {
+    serde_json::from_str(text).map_err(|_| failure::<PodTemplateOf<'_, ContainerView<'_>>>(text))
 }
 
-/// Decodes a batch/v1 CronJob, as [`decode_pod`].
-pub fn decode_cron_job(text: &str) -> Result<CronJobView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<CronJobOf<'_, ContainerView<'_>>>(text))
+/// Decodes a bare pod spec of a workload kind's object, as [`decode_pod`].
+pub fn decode_pod_spec(text: &str) -> Result<PodSpecView<'_>, DecodeFailure> {
+    serde_json::from_str(text).map_err(|_| failure::<PodSpecOf<'_, ContainerView<'_>>>(text))
 }
 
 /// Decodes `text` again as `T` (the same views, init containers without their raw text), tracking

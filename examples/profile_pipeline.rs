@@ -6,7 +6,8 @@
 //! `profile_pipeline [REVIEW] [N] [mutate|validate]`: REVIEW is a review of benches/reviews
 //! (default `llm-serving-pod`); a name ending in `-compact` runs it written without whitespace,
 //! as the API server sends it (`llm-serving-pod-compact`); `llm-serving-deployment-compact` is
-//! that pod as the template of a Deployment. N defaults to 1000, the webhook to `mutate`.
+//! that pod as the template of a Deployment, `llm-serving-raycluster-compact` as both templates
+//! of a RayCluster. N defaults to 1000, the webhook to `mutate`.
 
 use std::path::Path;
 
@@ -38,6 +39,7 @@ fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reviews");
     let body = match name.as_str() {
         "llm-serving-deployment-compact" => deployment::llm_deployment_review(&dir),
+        "llm-serving-raycluster-compact" => deployment::llm_raycluster_review(&dir),
         _ => compact_json::read_review(&dir, &name).expect("reference review"),
     };
     let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");

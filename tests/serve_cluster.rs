@@ -109,6 +109,37 @@ fn pinned_nodes(pod: &Value) -> Option<Value> {
     (pin["key"] == "kubernetes.io/hostname").then(|| pin["values"].clone())
 }
 
+/// `serve` with a kubeconfig pointing at `api`, listening on free ports, JSON logs at `info`,
+/// plus `args` and `env`.
+async fn serve_against(
+    api: &FakeApiServer,
+    pki: &TestPki,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> ServerProcess {
+    let kubeconfig = pki.dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve")
+        .args([
+            "--listen=127.0.0.1:0",
+            "--probe-listen=127.0.0.1:0",
+            "--log-format=json",
+        ])
+        .args(args)
+        .args(pki.tls_args())
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
@@ -135,26 +166,7 @@ async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
     api.fail_lists(NAMESPACE_CACHES, Some(500));
     api.fail_lists(NODES, Some(403));
     let pki = TestPki::new();
-    let kubeconfig = pki.dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let mut cmd = Command::new(bin());
-    cmd.arg("serve")
-        .args([
-            "--listen=127.0.0.1:0",
-            "--probe-listen=127.0.0.1:0",
-            "--log-format=json",
-        ])
-        .arg("--cache-sync-timeout=5m")
-        .args(pki.tls_args())
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
-        .await
-        .unwrap();
+    let server = serve_against(&api, &pki, &["--cache-sync-timeout=5m"], &[]).await;
 
     let (status, body) = server.probe_get("/readyz").await.unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
@@ -317,27 +329,8 @@ async fn serve_is_not_ready_until_the_namespaces_are_listed() {
     // RBAC on namespaces not granted yet: the caches list, the Namespaces do not.
     api.fail_lists(NAMESPACES, Some(403));
     let pki = TestPki::new();
-    let kubeconfig = pki.dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let mut cmd = Command::new(bin());
-    cmd.arg("serve")
-        .args([
-            "--listen=127.0.0.1:0",
-            "--probe-listen=127.0.0.1:0",
-            "--log-format=json",
-            // Shorter than the wait below: the caches' timeout must not make it ready.
-            "--cache-sync-timeout=1s",
-        ])
-        .args(pki.tls_args())
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
-        .await
-        .unwrap();
+    // Shorter than the wait below: the caches' timeout must not make it ready.
+    let server = serve_against(&api, &pki, &["--cache-sync-timeout=1s"], &[]).await;
 
     // Every watch's series exist from the start.
     let (_, scrape) = server.probe_get("/metrics").await.unwrap();
@@ -408,26 +401,7 @@ async fn serve_follows_namespace_mode_labels_without_a_restart() {
         namespace("team-b", json!({"modelgate.io/mode": "audit"})),
     );
     let pki = TestPki::new();
-    let kubeconfig = pki.dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let mut cmd = Command::new(bin());
-    cmd.arg("serve")
-        .args([
-            "--listen=127.0.0.1:0",
-            "--probe-listen=127.0.0.1:0",
-            "--log-format=json",
-        ])
-        .args(pki.tls_args())
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("MODELGATE_DEFAULT_MODE", "warn")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
-        .await
-        .unwrap();
+    let server = serve_against(&api, &pki, &[], &[("MODELGATE_DEFAULT_MODE", "warn")]).await;
     let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
     let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
     let mut n = 0;

@@ -24,7 +24,7 @@ use audit_support::{
 };
 use cli::{Run, assert_exit};
 use serde_json::{Value, json};
-use support::fake_apiserver::{FakeApiServer, POLICY_REPORTS, REPORTS, ReportRequest};
+use support::fake_apiserver::{FakeApiServer, NAMESPACES, POLICY_REPORTS, REPORTS, ReportRequest};
 
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
@@ -500,6 +500,39 @@ async fn an_incomplete_listing_of_the_workloads_writes_and_deletes_nothing() {
             "{args:?}"
         );
     }
+}
+
+/// The Namespaces' Pod Security labels decide what a report says of the prep: a Namespace list
+/// that fails is exit 2 before any report is written or deleted, never reports written as if no
+/// namespace were restricted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_namespace_list_writes_and_deletes_nothing() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    let gone = "modelgate-00000000-0000-4000-8000-0000deadbeef";
+    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
+    api.fail_lists(NAMESPACES, Some(403));
+    let run = audit_cluster(&api, &["--write-reports"]).await;
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("cannot list namespaces")
+            && run.stderr.contains("no report is written or deleted"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(writes(&api.report_requests()), Vec::<&ReportRequest>::new());
+    assert_eq!(
+        keys(&api.reports(REPORTS)),
+        [("team-a".to_string(), gone.to_string())].into()
+    );
+    // Without --write-reports the audit goes on, the failure a note of its report.
+    let run = audit_cluster(&api, &["-o", "json"]).await;
+    assert!(
+        run.stdout.contains("cannot list namespaces"),
+        "{}",
+        run.stdout
+    );
+    assert_ne!(run.code, 2, "{}", run.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -447,6 +447,16 @@ fn audit_cluster(
         // files' Namespaces in place of the cluster's of the same name.
         let namespaces = match crate::namespaces::list::list_once(&client, args.page_size).await {
             Ok(cluster) => file_namespaces.over(cluster),
+            // Reports are the cluster's record: written from a partial view, every workload of
+            // a restricted namespace would read as getting a root prep (SPEC.md §10: a failed
+            // call is exit 2, before anything is written).
+            Err(e) if args.write_reports => {
+                anyhow::bail!(
+                    "cannot list namespaces ({}): their Pod Security labels decide the reports' \
+                     content; no report is written or deleted",
+                    cluster::reason(&e)
+                );
+            }
             Err(e) => {
                 notes.push(format!(
                     "cannot list namespaces ({}): their Pod Security labels are unknown, so \

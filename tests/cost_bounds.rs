@@ -1,7 +1,8 @@
 //! Every admission costs time linear in its body (SPEC.md §7), checked in instructions, not
 //! seconds: `examples/cost_probe.rs` builds each hostile shape at 16 KiB and at 64 KiB and
 //! answers it through `/mutate` and `/validate` under callgrind, whose counts are the same on a
-//! busy machine. Linear work grows 4× from one size to the other, quadratic work 16×; the bound
+//! busy machine. Only the decisions are counted (callgrind's `--toggle-collect` on the one entry
+//! point, `admission::review`), not the probe building its review. Linear work grows 4× from one size to the other, quadratic work 16×; the bound
 //! is 6× (what sorting a map adds to linear stays far below it). A run that does not finish
 //! within its time limit is superlinear too.
 //!
@@ -19,6 +20,8 @@ const SMALL: usize = 16 * 1024;
 const LARGE: usize = 4 * SMALL;
 /// Linear is 4×, quadratic 16×.
 const MAX_GROWTH: f64 = 6.0;
+/// The pipeline's one entry point: callgrind counts the instructions spent inside it.
+const DECISION: &str = "modelgate_core::admission::review";
 /// The longest one run may take under callgrind (a linear one takes a few seconds).
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
@@ -51,6 +54,7 @@ fn measure(shape: &str, bytes: usize, kind: &str) -> Measured {
             "--callgrind-out-file=/dev/null",
             "--error-exitcode=3",
         ])
+        .arg(format!("--toggle-collect={DECISION}"))
         .arg(probe())
         .args([shape, &bytes.to_string(), kind])
         .stdout(std::process::Stdio::piped())
@@ -106,8 +110,8 @@ fn every_hostile_shape_costs_instructions_linear_in_its_body_and_answers_in_boun
         jobs.push((shape.clone(), "pod"));
         jobs.push((shape, "deployment"));
     }
-    // What every shape costs at size 0 (the reference pod, and as a Deployment): start-up,
-    // reading the caches, one small admission. The shapes differ from it by a few hundred
+    // What every shape costs at size 0: the two decisions on the reference pod, and on it as
+    // a Deployment's template. The shapes differ from it by a few hundred
     // instructions at size 0, far below what 16 KiB of any of them costs.
     let baselines = [
         measure("uri-slashes", 0, "pod"),
@@ -139,6 +143,11 @@ fn every_hostile_shape_costs_instructions_linear_in_its_body_and_answers_in_boun
     let mut table = String::new();
     for (shape, kind, base, small, large) in results.into_inner().unwrap() {
         let grow = |m: &Measured| m.instructions.saturating_sub(base) as f64;
+        assert!(
+            base > 0 && small.instructions > base,
+            "{shape} ({kind}): callgrind counted {base} → {} instructions inside {DECISION}: has the entry point been renamed?",
+            small.instructions
+        );
         let growth = grow(&large) / grow(&small).max(1.0);
         table.push_str(&format!(
             "{shape:>26} {kind:>10}: {base} → {} → {} instructions, ×{growth:.1}\n",
@@ -146,7 +155,7 @@ fn every_hostile_shape_costs_instructions_linear_in_its_body_and_answers_in_boun
         ));
         if growth > MAX_GROWTH {
             failures.push(format!(
-                "{shape} ({kind}): ×{growth:.1} from {SMALL} to {LARGE} bytes (linear is ×4; profile with `valgrind --tool=callgrind target/debug/examples/cost_probe {shape} {LARGE} {kind}`)"
+                "{shape} ({kind}): ×{growth:.1} from {SMALL} to {LARGE} bytes (linear is ×4; profile with `valgrind --tool=callgrind --toggle-collect={DECISION} target/debug/examples/cost_probe {shape} {LARGE} {kind}`)"
             ));
         }
         let body = large.report["body_bytes"].as_u64().unwrap();

@@ -728,3 +728,70 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A hostile body of megabytes as the cost probe builds it (`examples/cost_probe.rs`, which
+/// `cargo test` builds beside this test).
+fn hostile_body(shape: &str, bytes: usize, kind: &str) -> Vec<u8> {
+    let exe = std::env::current_exe().unwrap();
+    let probe = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples/cost_probe");
+    let out = std::process::Command::new(&probe)
+        .args([shape, &bytes.to_string(), kind, "body"])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (`cargo test` builds it)", probe.display()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Decisions on bodies over 1 MiB are made one at a time (each can take ~100 MB while a
+/// controller's template is mutated in memory): of two 3 MiB Deployments sent together, the one
+/// that finds the other being decided waits for it within `--body-progress-timeout`, here far
+/// shorter than this debug build's decision, and gets 429; a small review is decided meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_on_bodies_over_a_mebibyte_are_made_one_at_a_time() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let large = Bytes::from(hostile_body("volumes", 3 << 20, "deployment"));
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.push("--body-progress-timeout=50ms".into());
+    let server = ServerProcess::start(&args);
+    let ca = pki.ca.cert_pem().to_string();
+    let h1 = client_config(&ca, Proto::H1, None);
+    let mut requests = Vec::new();
+    for _ in 0..2 {
+        let (addr, h1, body) = (server.webhook, h1.clone(), large.clone());
+        requests.push(tokio::spawn(async move {
+            let mut conn = connect(addr, h1, Proto::H1).await?;
+            conn.post_json("/validate?timeout=30s", body).await
+        }));
+    }
+    let small = reference_answer(server.webhook, &ca).await;
+    assert_eq!(small["response"]["allowed"], true, "{small}");
+    let mut statuses = Vec::new();
+    let mut refusals = Vec::new();
+    for r in requests {
+        let answer = r.await.unwrap().expect("an answer");
+        statuses.push(answer.status);
+        if answer.status == StatusCode::TOO_MANY_REQUESTS {
+            refusals.push(String::from_utf8_lossy(&answer.body).to_string());
+        }
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS],
+        "{}",
+        server.logs()
+    );
+    assert!(
+        refusals[0].contains("a decision on another body over 1048576 bytes was being made"),
+        "{refusals:?}"
+    );
+}

@@ -101,6 +101,9 @@ struct AppState {
     /// One permit per decision being made (`--max-requests-in-flight`); taken once the body is
     /// read.
     decision_slots: Semaphore,
+    /// The one slot for a decision on a body over [`LARGE_BODY_BYTES`], taken before a decision
+    /// slot.
+    large_decision: Semaphore,
     /// What the bodies being read in parts may hold (`--max-buffered-body-bytes`).
     body_budget: BodyBudget,
     limits: Limits,
@@ -187,6 +190,7 @@ impl Server {
                 draining: AtomicBool::new(false),
                 max_body_bytes: options.max_body_bytes,
                 decision_slots: Semaphore::new(options.limits.max_requests_in_flight as usize),
+                large_decision: Semaphore::new(1),
                 body_budget,
                 limits: options.limits,
             }),
@@ -916,7 +920,28 @@ impl Refusal {
 struct ReadBody<'s> {
     bytes: axum::body::Bytes,
     _held: Held<'s>,
+    _large: Option<SemaphorePermit<'s>>,
     _slot: SemaphorePermit<'s>,
+}
+
+/// Bodies past this size are decided one at a time. No object past 1.5 MiB can be stored (etcd's
+/// limit), so such a request is hostile or doomed; its decision is linear but costs about 20
+/// times the body in memory when a controller's templates are mutated in memory (a 3 MiB
+/// Deployment of many volumes: ~50 MB and a tenth of a second, docs/benchmarks.md), and four at
+/// once would come near the chart's 256 Mi.
+const LARGE_BODY_BYTES: usize = 1 << 20;
+
+/// Takes a permit of `slots` at once, or waits for one until `wait`; `None` when none came.
+async fn take_slot(slots: &Semaphore, wait: Instant) -> Option<SemaphorePermit<'_>> {
+    // A free slot is taken at once; `try_acquire` finds none while others wait for one, so the
+    // order of arrival holds.
+    match slots.try_acquire() {
+        Ok(permit) => Some(permit),
+        Err(_) => tokio::time::timeout_at(wait.into(), slots.acquire())
+            .await
+            .ok()?
+            .ok(),
+    }
 }
 
 /// Reads the body, then takes one of the `--max-requests-in-flight` decision slots. Reading
@@ -925,8 +950,8 @@ struct ReadBody<'s> {
 /// its first second is over (slower: 408 and the rest is not read), and all of it within the
 /// request's budget (counted from `arrived`); the buffer of a body that comes in parts is taken
 /// from `--max-buffered-body-bytes` as it grows (none left: 503 at once). Requests with their
-/// whole body wait for a slot in arrival order; one that has none within the progress timeout
-/// gets 429.
+/// whole body wait for a slot in arrival order (a body over [`LARGE_BODY_BYTES`] first for the
+/// one slot of such bodies); one that has none within the progress timeout gets 429.
 ///
 /// A part that is already there and a free slot are taken without arming a timer (the usual
 /// case: the whole body came with the headers); a body that comes in one part is passed on as
@@ -1077,34 +1102,42 @@ async fn read_body<'s>(
             }
         }
     }
-    // A free slot is taken at once; `try_acquire` finds none while others wait for one, so the
-    // order of arrival holds.
-    let slot = match state.decision_slots.try_acquire() {
-        Ok(permit) => permit,
-        Err(_) => {
-            let wait = (Instant::now() + progress).min(deadline);
-            let Ok(Ok(permit)) =
-                tokio::time::timeout_at(wait.into(), state.decision_slots.acquire()).await
-            else {
-                return Err(Refusal::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_requests",
-                    "TooManyRequests",
-                    format!(
-                        "{} decisions were being made for {progress:?} (--max-requests-in-flight); retry",
-                        state.limits.max_requests_in_flight
-                    ),
-                ));
-            };
-            permit
-        }
+    let wait = (Instant::now() + progress).min(deadline);
+    let len = first.as_ref().map_or(joined.len(), |b| b.len());
+    let large = match len > LARGE_BODY_BYTES {
+        false => None,
+        true => Some(take_slot(&state.large_decision, wait).await.ok_or_else(|| {
+            too_many(format!(
+                "a decision on another body over {LARGE_BODY_BYTES} bytes was being made for \
+                 {progress:?} (they are made one at a time); retry"
+            ))
+        })?),
     };
+    let slot = take_slot(&state.decision_slots, wait)
+        .await
+        .ok_or_else(|| {
+            too_many(format!(
+                "{} decisions were being made for {progress:?} (--max-requests-in-flight); retry",
+                state.limits.max_requests_in_flight
+            ))
+        })?;
     let bytes = first.unwrap_or_else(|| joined.into());
     Ok(ReadBody {
         bytes,
         _held: held,
+        _large: large,
         _slot: slot,
     })
+}
+
+/// 429: no slot to decide in; the API server retries within its timeout.
+fn too_many(message: String) -> Refusal {
+    Refusal::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_requests",
+        "TooManyRequests",
+        message,
+    )
 }
 
 /// 503 for a body that does not fit in what is left of `--max-buffered-body-bytes`.

@@ -424,3 +424,44 @@ fn a_pods_admission_never_parses_the_body_again_for_the_objects_text() {
     assert!(super::decode::raw_object(&text).is_some());
     assert_eq!(parses(), before + 1);
 }
+
+/// A template whose pods' patch would pass what the API server can store is denied as those
+/// pods are, naming the template's spec; in `warn` mode its pods are not patched, so nothing is
+/// said of the size.
+#[test]
+fn a_template_whose_pods_patch_would_be_too_large_is_denied_as_its_pods_are() {
+    let index = CacheIndex::new();
+    let containers: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x", "securityContext": {"runAsNonRoot": false}}))
+        .collect();
+    let object = controller(
+        WorkloadKind::Deployment,
+        json!({"containers": containers}),
+        json!({}),
+    );
+    let enforced = call(
+        Webhook::Validate,
+        &review(WorkloadKind::Deployment, "CREATE", "team-a", &object, None),
+        &index,
+    );
+    assert!(!enforced.allowed);
+    assert!(
+        enforced.message.starts_with(
+            "spec.template.spec: the pod is too large for the changes modelgate must make: their \
+             patch is "
+        ),
+        "{}",
+        enforced.message
+    );
+    let warned = call(
+        Webhook::Validate,
+        &review(WorkloadKind::Deployment, "CREATE", "ns-warn", &object, None),
+        &index,
+    );
+    assert!(warned.allowed);
+    assert!(
+        !warned.warnings.iter().any(|w| w.contains("too large")),
+        "{:?}",
+        warned.warnings
+    );
+}

@@ -23,6 +23,23 @@ use crate::policy::{Denial, Mutation, Rule, listed};
 /// webhook's memory and bandwidth for nothing. Such a pod is denied instead, saying why.
 pub(crate) const MAX_PATCH_BYTES: usize = 1 << 20;
 
+/// The denial of a pod whose patch of `len` bytes passes [`MAX_PATCH_BYTES`], naming `field`
+/// (the pod's spec, or a template's): `None` when the patch fits.
+pub(super) fn patch_too_large(len: usize, field: &str) -> Option<Denial> {
+    (len > MAX_PATCH_BYTES).then(|| {
+        Denial::single(
+            Rule::Schema,
+            field,
+            format!(
+                "the pod is too large for the changes modelgate must make: their patch is {len} \
+                 bytes, past the {MAX_PATCH_BYTES} an object the API server stores can take"
+            ),
+            "Split the workload into smaller pods (fewer containers or node affinity terms), or \
+             set what modelgate would set (runAsNonRoot, runAsUser) yourself.",
+        )
+    })
+}
+
 /// Audit annotation: what the mutation would change, `; `-separated.
 pub(super) const WOULD_PATCH: &str = "would-patch";
 /// Audit annotation: the denial the request would get.
@@ -106,22 +123,10 @@ pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
                 PolicyResult::Patched
             });
             let patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
-            if let Some(len) = patch
+            if let Some(denial) = patch
                 .as_ref()
-                .map(|p| p.as_bytes().len())
-                .filter(|&len| len > MAX_PATCH_BYTES)
+                .and_then(|p| patch_too_large(p.as_bytes().len(), "spec"))
             {
-                let denial = Denial::single(
-                    Rule::Schema,
-                    "spec",
-                    format!(
-                        "the pod is too large for the changes modelgate must make: their \
-                         patch is {len} bytes, past the {MAX_PATCH_BYTES} an object the API \
-                         server stores can take"
-                    ),
-                    "Split the workload into smaller pods (fewer containers or node affinity \
-                     terms), or set what modelgate would set (runAsNonRoot, runAsUser) yourself.",
-                );
                 return Decision {
                     warnings: d.warnings,
                     mode: d.mode,

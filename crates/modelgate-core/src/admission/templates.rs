@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use super::kinds::{Completeness, KindEntry, Shape, Step};
 use super::{Context, DECODE_ADVICE, Decision, MAX_WARNING_LEN, Request, Webhook, judge, mode};
 use crate::namespaces::Mode;
-use crate::patch::FieldPath;
+use crate::patch::{FieldPath, Patch};
 use crate::policy::view::{self, ObjectMetaView, Str};
 use crate::policy::{self, Denial, Mutation, Rule, Violation, Workload};
 
@@ -365,11 +365,16 @@ pub(super) fn decide(
     let mut decision = if ns_mode.mode == Mode::Off {
         mode::off()
     } else {
-        let restricted = ctx.namespaces.enforces_restricted(namespace);
+        let scope = Scope {
+            namespace,
+            restricted: ctx.namespaces.enforces_restricted(namespace),
+            enforce: ns_mode.mode == Mode::Enforce,
+            ctx,
+        };
         let findings = located
             .as_ref()
             .map_err(Clone::clone)
-            .map(|l| judge_all(entry, l, namespace, restricted, ctx));
+            .map(|l| judge_all(entry, l, &scope));
         let (verdict, warnings) = match findings {
             Err(denial) => (Err(denial), Vec::new()),
             Ok(f) => {
@@ -446,28 +451,22 @@ fn located<'a>(entry: &KindEntry, object: &'a RawValue) -> Result<Located<'a>, D
     Ok(located)
 }
 
-/// Every template judged, each by its completeness.
-fn judge_all(
-    entry: &KindEntry,
-    located: &Located,
-    namespace: &str,
+/// Where an object's templates are judged: its namespace and what that namespace asks.
+struct Scope<'s, 'c> {
+    namespace: &'s str,
+    /// Pod Security `restricted` is enforced there.
     restricted: bool,
-    ctx: &Context,
-) -> Findings {
+    /// The mutation is enforced there (`enforce` mode), so its pods are patched.
+    enforce: bool,
+    ctx: &'s Context<'c>,
+}
+
+/// Every template judged, each by its completeness.
+fn judge_all(entry: &KindEntry, located: &Located, scope: &Scope) -> Findings {
     let mut findings = Findings::default();
     for found in &located.templates {
-        let template = &entry.templates[found.template];
-        let partial = template.completeness == Completeness::Partial;
-        let result = judge_one(
-            entry,
-            template.shape,
-            partial,
-            found,
-            namespace,
-            restricted,
-            ctx,
-        );
-        match result {
+        let partial = entry.templates[found.template].completeness == Completeness::Partial;
+        match judge_one(entry, found, scope) {
             Ok(miss) => findings.miss_warnings.extend(miss),
             Err(denial) if partial => findings.partial.extend(denial.violations),
             Err(denial) => findings.violations.extend(denial.violations),
@@ -476,22 +475,23 @@ fn judge_all(
     findings
 }
 
-/// One template: `Ok` with a cache-miss warning, if any, or the denial its pods would get.
-fn judge_one(
-    entry: &KindEntry,
-    shape: Shape,
-    partial: bool,
-    found: &Found,
-    namespace: &str,
-    restricted: bool,
-    ctx: &Context,
-) -> Result<Option<String>, Denial> {
+/// One template, by its row's shape and completeness: `Ok` with a cache-miss warning, if any,
+/// or the denial its pods would get.
+fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<String>, Denial> {
+    let Scope {
+        namespace,
+        restricted,
+        enforce,
+        ctx,
+    } = *scope;
+    let template = &entry.templates[found.template];
+    let shape = template.shape;
     let decoded = TemplateView::decode(shape, found.raw.get())
         .map_err(|f| undecodable(entry, &found.path, f))?;
     let Some(workload) = decoded.workload(&found.path, namespace, restricted) else {
         return Ok(None);
     };
-    if partial {
+    if template.completeness == Completeness::Partial {
         return policy::validate_present(&workload, ctx.config).map(|()| None);
     }
     // The template as its pods will be created: mutated in memory, then judged.
@@ -500,7 +500,16 @@ fn judge_one(
     if mutation.patch.is_empty() {
         return judge(Webhook::Validate, false, &workload, ctx).map(|_| miss);
     }
-    let Some(patched) = apply_to_template(&found.path, found.raw, mutation) else {
+    let patch = mutation.patch.into_patch();
+    // Its pods would be denied for the size of their patch where the mutation is enforced
+    // (elsewhere they are not patched at all); nothing is left to apply then.
+    if enforce
+        && let Some(denial) =
+            mode::patch_too_large(patch.as_bytes().len(), &workload.spec_path.to_string())
+    {
+        return Err(denial);
+    }
+    let Some(patched) = apply_to_template(&found.path, found.raw, &patch) else {
         // The patch was built against this very template; failing to apply it is a bug, and
         // judging the template as it came is the honest fallback.
         return judge(Webhook::Validate, false, &workload, ctx).map(|_| miss);
@@ -515,10 +524,9 @@ fn judge_one(
 
 /// The template with the mutation applied: the patch names fields from the object's root, so
 /// each operation is moved under the template's own pointer first.
-fn apply_to_template(at: &FieldPath, raw: &RawValue, mutation: Mutation) -> Option<Box<RawValue>> {
+fn apply_to_template(at: &FieldPath, raw: &RawValue, patch: &Patch) -> Option<Box<RawValue>> {
     let prefix = at.pointer();
-    let mut operations =
-        serde_json::to_value(mutation.patch.into_patch().try_operations().ok()?).ok()?;
+    let mut operations = serde_json::to_value(patch.try_operations().ok()?).ok()?;
     for op in operations.as_array_mut()? {
         for key in ["path", "from"] {
             if let Some(pointer) = op.get_mut(key) {
@@ -580,22 +588,20 @@ pub fn partial_findings(
     let Ok(located) = locate(entry, object) else {
         return Vec::new();
     };
-    let restricted = ctx.namespaces.enforces_restricted(namespace);
+    let scope = Scope {
+        namespace,
+        restricted: ctx.namespaces.enforces_restricted(namespace),
+        // Partial templates are judged on their fields alone, never mutated.
+        enforce: false,
+        ctx,
+    };
     let mut out = Vec::new();
     for found in &located.templates {
         let template = &entry.templates[found.template];
         if template.completeness != Completeness::Partial {
             continue;
         }
-        if let Err(denial) = judge_one(
-            entry,
-            template.shape,
-            true,
-            found,
-            namespace,
-            restricted,
-            ctx,
-        ) {
+        if let Err(denial) = judge_one(entry, found, &scope) {
             out.extend(denial.violations);
         }
     }

@@ -342,8 +342,18 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
     populate(&api);
     let gone_a = "modelgate-00000000-0000-4000-8000-0000deadbeef";
     let gone_b = "modelgate-00000000-0000-4000-8000-0000deadbee2";
-    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone_a, ours()));
-    api.seed_report(REPORTS, "modelgate", stale_report("team-b", gone_b, ours()));
+    let seeded_a = api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone_a, ours()));
+    let seeded_b = api.seed_report(REPORTS, "modelgate", stale_report("team-b", gone_b, ours()));
+    // Labelled as modelgate's, but not named as modelgate names its reports, or not of
+    // modelgate's source: a label alone is copied with a manifest.
+    api.seed_report(
+        REPORTS,
+        "kubectl",
+        stale_report("team-a", "copied-report", ours()),
+    );
+    let mut other_source = stale_report("team-a", "modelgate-from-another-tool", ours());
+    other_source["results"][0]["source"] = json!("kyverno");
+    api.seed_report(REPORTS, "kubectl", other_source);
     // Another tool's report, and one whose name looks like modelgate's but is not labelled so.
     api.seed_report(
         REPORTS,
@@ -373,9 +383,26 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
         .map(|(ns, n)| (ns.to_string(), n.to_string()))
         .collect();
     assert_eq!(targets(&requests, ReportRequest::is_delete), deleted);
+    // Each delete holds to the object as listed: a report written again since is kept.
+    for seeded in [&seeded_a, &seeded_b] {
+        let delete = requests
+            .iter()
+            .find(|r| r.is_delete() && r.name.as_deref() == seeded["metadata"]["name"].as_str())
+            .unwrap();
+        assert_eq!(
+            delete.preconditions,
+            Some(json!({
+                "uid": seeded["metadata"]["uid"],
+                "resourceVersion": seeded["metadata"]["resourceVersion"],
+            })),
+            "{delete:?}"
+        );
+    }
     let mut remaining = expected(&api, &[]).into_keys().collect::<BTreeSet<_>>();
     remaining.insert(("team-a".into(), "kyverno-pod-gone".into()));
     remaining.insert(("team-a".into(), "modelgate-handwritten".into()));
+    remaining.insert(("team-a".into(), "copied-report".into()));
+    remaining.insert(("team-a".into(), "modelgate-from-another-tool".into()));
     assert_eq!(keys(&api.reports(REPORTS)), remaining);
     assert!(
         api.report(POLICY_REPORTS, "team-a", gone_a).is_some(),
@@ -396,6 +423,69 @@ async fn reports_of_workloads_that_are_gone_are_deleted_and_nobody_elses() {
     assert!(api.report(REPORTS, "team-b", &ok).is_none());
 }
 
+/// A report written again between the prune's listing and its delete (by a run beside this
+/// one) is kept: the delete's preconditions no longer hold, and that is not a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_changed_since_the_listing_is_not_deleted() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    let gone = "modelgate-00000000-0000-4000-8000-0000deadbeef";
+    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
+    api.rewrite_report_after_list("team-a", gone);
+    let run = audit_cluster(&api, &["--write-reports"]).await;
+    assert_exit(&run, 0);
+    assert_summary(&run, "9 applied, 0 deleted, 0 refused");
+    let delete = api
+        .report_requests()
+        .into_iter()
+        .find(ReportRequest::is_delete)
+        .expect("the delete was sent");
+    assert_eq!(delete.code, 409, "{delete:?}");
+    assert!(api.report(REPORTS, "team-a", gone).is_some());
+}
+
+/// The prune's own listing refused (403 in a namespace, 403 at the cluster scope, an expired
+/// continue token): nothing is pruned there, the refusal is named, and the run exits 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_prune_listing_deletes_nothing_there_and_is_exit_2() {
+    let gone = "modelgate-00000000-0000-4000-8000-0000deadbeef";
+    // Forbidden in one audited namespace.
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
+    api.forbid_report_lists("team-a");
+    let run = audit_cluster(&api, &["--write-reports", "-n", "team-a", "-n", "team-b"]).await;
+    assert_exit(&run, 2);
+    let line = line_naming(&run, "in namespace team-a (nothing pruned there)");
+    assert!(line.contains("403") && line.contains("forbidden"), "{line}");
+    assert!(api.report(REPORTS, "team-a", gone).is_some());
+
+    // Forbidden at the cluster scope (no -n).
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
+    api.forbid_report_lists("");
+    let run = audit_cluster(&api, &["--write-reports"]).await;
+    assert_exit(&run, 2);
+    let line = line_naming(&run, "in all namespaces (nothing pruned there)");
+    assert!(line.contains("403"), "{line}");
+    assert!(api.report(REPORTS, "team-a", gone).is_some());
+    assert!(!api.report_requests().iter().any(ReportRequest::is_delete));
+
+    // The listing's continue token expired between pages: what the first pages found is not
+    // deleted either (the listing is incomplete).
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
+    api.expire_report_continue_tokens();
+    let run = audit_cluster(&api, &["--write-reports", "--page-size", "2"]).await;
+    assert_exit(&run, 2);
+    let line = line_naming(&run, "(nothing pruned there)");
+    assert!(line.contains("410") || line.contains("too old"), "{line}");
+    assert!(api.report(REPORTS, "team-a", gone).is_some());
+    assert!(!api.report_requests().iter().any(ReportRequest::is_delete));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_namespace_only_those_namespaces_are_written_and_pruned() {
     let api = FakeApiServer::start(&[]).await;
@@ -404,10 +494,16 @@ async fn with_namespace_only_those_namespaces_are_written_and_pruned() {
     api.seed_report(REPORTS, "modelgate", stale_report("team-a", gone, ours()));
     api.seed_report(REPORTS, "modelgate", stale_report("team-b", gone, ours()));
 
-    let run = audit_cluster(&api, &["-n", "team-a", "--write-reports"]).await;
+    // Named twice, audited once.
+    let run = audit_cluster(&api, &["-n", "team-a", "-n", "team-a", "--write-reports"]).await;
     assert_exit(&run, 0);
     assert_summary(&run, "2 applied, 1 deleted, 0 refused");
     let requests = api.report_requests();
+    assert_eq!(
+        requests.iter().filter(|r| r.is_list()).count(),
+        1,
+        "one prune listing: {requests:#?}"
+    );
     assert!(
         requests
             .iter()

@@ -7,9 +7,11 @@
 //! - each report by server-side apply (`PATCH …/<plural>/<name>?fieldManager=modelgate&force=true`,
 //!   `application/apply-patch+yaml`), which creates it or updates modelgate's fields of it;
 //! - then the prune: the reports labelled `app.kubernetes.io/managed-by=modelgate`, listed in
-//!   pages of `page_size` (in each audited namespace, or in all namespaces), and each one whose
-//!   name this run did not write deleted: its workload is gone, exempt, or now counted through
-//!   its owner.
+//!   pages of `page_size` (in each audited namespace, or in all namespaces), and each one that
+//!   is modelgate's by its name and source too ([`reports::is_modelgates`]) and whose name this
+//!   run did not write deleted: its workload is gone, exempt, or now counted through its owner.
+//!   The delete carries the listed uid and resourceVersion as preconditions, so that a report
+//!   another run wrote or changed since the listing is kept (409: not counted as refused).
 //!
 //! The caller writes only after a complete listing of the workloads: a report missing from an
 //! incomplete listing must never be taken for a workload that is gone. A refused call (apply,
@@ -21,7 +23,9 @@ use std::collections::HashSet;
 use super::WorkloadResults;
 use super::cluster::reason;
 use super::output::reports::{self, MANAGED_BY_KEY, MANAGED_BY_VALUE, ReportApi, Timestamp};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+};
 
 /// The field manager of modelgate's server-side applies.
 pub const FIELD_MANAGER: &str = "modelgate";
@@ -158,11 +162,17 @@ async fn prune(
                 }
             };
             for item in page.items {
-                let namespace = item.metadata.namespace.unwrap_or_default();
                 let name = item.metadata.name.unwrap_or_default();
-                let key = (namespace, name);
+                if !reports::is_modelgates(&name, &item.data) {
+                    continue;
+                }
+                let key = (item.metadata.namespace.unwrap_or_default(), name);
                 if !keep.contains(&key) {
-                    stale.push(key);
+                    let listed = Preconditions {
+                        uid: item.metadata.uid,
+                        resource_version: item.metadata.resource_version,
+                    };
+                    stale.push((key, listed));
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -171,12 +181,17 @@ async fn prune(
             }
         }
         // Deleted after the listing, so that deletions never shift the pages being read.
-        for (namespace, name) in stale {
+        for ((namespace, name), listed) in stale {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, ar);
-            match api.delete(&name, &DeleteParams::default()).await {
+            let params = DeleteParams {
+                preconditions: Some(listed),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
                 Ok(_) => written.deleted += 1,
-                // Gone already (its workload's garbage collection came first): nothing to do.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // Gone already (its workload's garbage collection came first), or written again
+                // since the listing (another run): nothing to do.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => {
                     written
                         .refused

@@ -158,7 +158,10 @@ pub struct Verdict {
 }
 
 /// Audits, writes the report (and with `--write-reports`, the cluster's reports).
-pub fn execute(args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
+pub fn execute(mut args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
+    // A namespace named twice is audited, listed and pruned once.
+    let mut named = std::collections::HashSet::new();
+    args.namespaces.retain(|ns| named.insert(ns.clone()));
     if args.from_cluster && !args.inputs.is_empty() {
         bail!("give files to audit or --from-cluster, not both");
     }

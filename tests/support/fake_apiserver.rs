@@ -1030,6 +1030,8 @@ pub struct ReportRequest {
     pub name: Option<String>,
     pub query: BTreeMap<String, String>,
     pub content_type: Option<String>,
+    /// A DELETE's `preconditions` (`{"uid": …, "resourceVersion": …}`), if it sent any.
+    pub preconditions: Option<Value>,
     /// The status code of the answer.
     pub code: u16,
 }
@@ -1068,6 +1070,13 @@ struct Reports {
     objects: HashMap<&'static str, BTreeMap<Key, Value>>,
     not_installed: std::collections::BTreeSet<&'static str>,
     forbidden_writes: std::collections::BTreeSet<String>,
+    /// Namespaces whose lists are forbidden (403); `""` for the list in all namespaces.
+    forbidden_lists: std::collections::BTreeSet<String>,
+    /// A list's continue token has expired (410, as after etcd's compaction).
+    expire_continue: bool,
+    /// A report written again (a new resourceVersion) right after the next list that returns
+    /// it, as another writer beside the client would.
+    rewrite_after_list: Option<Key>,
     /// Report name → the message its apply is refused with.
     refused: BTreeMap<String, String>,
     requests: Vec<ReportRequest>,
@@ -1145,6 +1154,11 @@ impl Reports {
             name,
             query: query.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             content_type,
+            preconditions: (*method == Method::DELETE)
+                .then(|| serde_json::from_slice::<Value>(body).ok())
+                .flatten()
+                .map(|o| o["preconditions"].clone())
+                .filter(|p| !p.is_null()),
             code: response.status().as_u16(),
         });
         Some(response)
@@ -1183,6 +1197,26 @@ impl Reports {
                 r.group
             );
             return json_response(403, &status(403, "Forbidden", &message));
+        }
+        if let (&Method::GET, None) = (method, name)
+            && self.forbidden_lists.contains(namespace.unwrap_or_default())
+        {
+            let place = namespace.map_or("at the cluster scope".to_string(), |ns| {
+                format!("in the namespace \"{ns}\"")
+            });
+            let message = format!(
+                "{} is forbidden: User \"fake\" cannot list resource \"{}\" in API group \"{}\" {place}",
+                r.qualified(),
+                r.plural,
+                r.group
+            );
+            return json_response(403, &status(403, "Forbidden", &message));
+        }
+        if let (&Method::GET, None, true) = (method, name, self.expire_continue)
+            && query.get("continue").is_some_and(|c| !c.is_empty())
+        {
+            let message = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
+            return json_response(410, &status(410, "Expired", message));
         }
         match (method, namespace, name) {
             (&Method::GET, _, None) => self.list(r, namespace, query),
@@ -1281,6 +1315,19 @@ impl Reports {
             metadata["remainingItemCount"] = json!(matching.len() - end);
         }
         let items: Vec<Value> = matching[..end].iter().map(|(_, o)| (*o).clone()).collect();
+        let listed = |key: &Key| {
+            items.iter().any(|o| {
+                o["metadata"]["namespace"] == key.0.as_str()
+                    && o["metadata"]["name"] == key.1.as_str()
+            })
+        };
+        if let Some(key) = self.rewrite_after_list.take_if(|k| listed(k)) {
+            self.revision += 1;
+            let revision = self.revision.to_string();
+            if let Some(o) = self.stored(r.plural).get_mut(&key) {
+                o["metadata"]["resourceVersion"] = json!(revision);
+            }
+        }
         json_response(
             200,
             &json!({
@@ -1804,6 +1851,25 @@ impl FakeApiServer {
 
     /// Applies and deletes of reports in `namespace` are refused with 403, as RBAC refuses a
     /// user without write permission there (lists stay allowed).
+    /// Report lists in `namespace` (`""`: in all namespaces) are forbidden from now on (403).
+    pub fn forbid_report_lists(&self, namespace: &str) {
+        self.lock()
+            .reports
+            .forbidden_lists
+            .insert(namespace.to_string());
+    }
+
+    /// The report `namespace/name` is written again (a new resourceVersion) right after the next
+    /// list that returns it.
+    pub fn rewrite_report_after_list(&self, namespace: &str, name: &str) {
+        self.lock().reports.rewrite_after_list = Some((namespace.to_string(), name.to_string()));
+    }
+
+    /// Continue tokens of report lists have expired from now on (410).
+    pub fn expire_report_continue_tokens(&self) {
+        self.lock().reports.expire_continue = true;
+    }
+
     pub fn forbid_report_writes(&self, namespace: &str) {
         self.lock()
             .reports

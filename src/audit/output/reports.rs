@@ -100,6 +100,23 @@ impl Timestamp {
     }
 }
 
+/// How every report name of modelgate begins.
+pub const NAME_PREFIX: &str = "modelgate-";
+
+/// Whether a report listed by modelgate's label (`data`: the object without its metadata) is
+/// modelgate's to delete: its name is one [`report_name`] gives and its source is modelgate's
+/// (the report's own `source`, else every result's). A label is copied with a manifest and a
+/// name can be chosen by anyone; all three together are what modelgate writes.
+pub fn is_modelgates(name: &str, data: &Value) -> bool {
+    let source = match data.get("source") {
+        Some(source) => source == SOURCE,
+        None => data["results"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["source"] == SOURCE)),
+    };
+    name.starts_with(NAME_PREFIX) && source
+}
+
 /// The report's name, stable across runs: `modelgate-<uid>` when the workload's uid is known,
 /// else `modelgate-<kind>-<name>`. A name that is not already a DNS-1123 subdomain of at most
 /// 253 characters is made one (lowercased, other characters as `-`, cut to length) and gets
@@ -107,9 +124,9 @@ impl Timestamp {
 /// report through the cleaning.
 pub fn report_name(scope: &Scope) -> String {
     let raw = match &scope.uid {
-        Some(uid) => format!("modelgate-{uid}"),
+        Some(uid) => format!("{NAME_PREFIX}{uid}"),
         None => format!(
-            "modelgate-{}-{}",
+            "{NAME_PREFIX}{}-{}",
             scope.kind.as_str().to_ascii_lowercase(),
             scope.name
         ),
@@ -148,7 +165,7 @@ pub(crate) fn dns_subdomain(raw: &str) -> String {
     let clean = clean.trim_end_matches(['-', '.']);
     let clean = clean.trim_start_matches(['-', '.']);
     if clean.is_empty() {
-        format!("modelgate-{hash}")
+        format!("{NAME_PREFIX}{hash}")
     } else {
         format!("{clean}-{hash}")
     }

@@ -60,6 +60,18 @@ VALUES = {
         "--set",
         "matchConditions.excludePriorityClasses={system-node-critical}",
     ],
+    # A kind of its own (two templates, a list and a map of them) and a shipped row replaced
+    # (RayCluster with its head only), with priority classes: the table's rows in every
+    # expression. The binary reads the same entries from the ConfigMap the server mounts.
+    "workload kinds and priority classes": [
+        "--set",
+        "matchConditions.excludePriorityClasses={system-node-critical}",
+        "--set-json",
+        'workloadKinds.extra=[{"group":"example.com","versions":["v1"],"kind":"Trainer","plural":"trainers",'
+        '"templates":[{"path":"spec.workers[*].template"},{"path":"spec.roles.*.pod","shape":"PodSpec"}]},'
+        '{"group":"ray.io","versions":["v1"],"kind":"RayCluster","plural":"rayclusters",'
+        '"templates":[{"path":"spec.headGroupSpec.template"}]}]',
+    ],
 }
 
 
@@ -71,7 +83,13 @@ def test_the_chart_renders_what_the_binary_prints(assets: Assets, modelgate_bin:
     assert [d["kind"] for d in chart] == list(KINDS)
     # The binary gets the flags the chart gives `serve`, and the chart's names.
     known = run(modelgate_bin, "backstop", "--help").stdout
-    flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known and k != "--exempt-namespace"]
+    flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known and k not in ("--exempt-namespace", "--workload-kinds")]
+    # The table's extra entries: the file the server reads, from the rendered ConfigMap.
+    table = [cm for cm in of_kind(docs, "ConfigMap") if "workload-kinds.yaml" in cm.get("data", {})]
+    if table:
+        extra = assets.work / f"workload-kinds-{name.replace(' ', '-')}.yaml"
+        extra.write_text(table[0]["data"]["workload-kinds.yaml"])
+        flags.append(f"--workload-kinds={extra}")
     args = [a for a in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]]
     exempt = [a for a in args if a.startswith("--exempt-namespace=")]
     classes = [f"--exclude-priority-class={c}" for c in (["system-node-critical"] if "priority" in name else [])]

@@ -5,14 +5,16 @@
 //! does not.
 //!
 //! What the objects hold:
-//! - the policy matches what the webhooks match (SPEC.md §1, §11) with the same
+//! - the policy matches what the webhooks match (SPEC.md §1, §11, and the §12 kinds with a
+//!   complete template: a kind whose templates are all partial is never denied) with the same
 //!   `matchConditions`, `failurePolicy: Fail`, and no `paramKind`: every value is written into
 //!   its CEL;
 //! - on Pods, Job templates and ephemeral containers it denies the security rules of §6 on the
 //!   object as it reaches validation: a `runAsUser` outside `1..2147483647`, a
 //!   `runAsGroup`/`fsGroup` outside `0..2147483647`, a container other than the canonical prep
 //!   container (§4, matched exactly, rendered by the webhook's own functions) whose effective
-//!   `runAsNonRoot` is not `true`; on controller templates (§11) only the ranges;
+//!   `runAsNonRoot` is not `true`; on controller templates (§11) and the complete templates of
+//!   the workload-kind table's custom resources (§12) only the ranges;
 //! - one binding, `validationActions: [Deny]`, selecting the namespaces in `enforce` (§9) by the
 //!   webhooks' own namespace selection.
 //!
@@ -25,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::admission::WorkloadKind;
+use crate::admission::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig, PrepMode, normalise_absolute};
 use crate::namespaces::{MODE_LABEL, Mode, POD_SECURITY_ENFORCE_LABEL};
 use crate::policy::cache_prep;
@@ -118,7 +120,7 @@ fn enforce_expressions(default_mode: Mode) -> Vec<Value> {
 /// The resources of both webhooks: Pods (CREATE), their ephemeral containers (UPDATE) and Jobs
 /// (CREATE), then the controllers of §11 (CREATE, and UPDATE that the `matchConditions` keep
 /// to a changed pod template).
-fn resource_rules() -> Value {
+fn resource_rules(cfg: &PolicyConfig) -> Value {
     let rule = |group: &str, resources: Vec<String>, operations: &[&str]| {
         json!({
             "apiGroups": [group],
@@ -151,6 +153,19 @@ fn resource_rules() -> Value {
     for (group, resources) in groups {
         rules.push(rule(group, resources, &["CREATE", "UPDATE"]));
     }
+    // Then each custom resource of the table, as the chart registers it for the webhook.
+    for row in table_kinds(cfg) {
+        rules.push(json!({
+            "apiGroups": [row.group],
+            "apiVersions": row.versions,
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [row.plural],
+            "scope": match row.scope {
+                Scope::Namespaced => "Namespaced",
+                Scope::Cluster => "Cluster",
+            },
+        }));
+    }
     Value::Array(rules)
 }
 
@@ -164,7 +179,7 @@ fn policy(cfg: &PolicyConfig, sel: &Selection) -> Value {
             "matchConstraints": {
                 "matchPolicy": "Equivalent",
                 "namespaceSelector": namespace_selector(cfg, sel, false),
-                "resourceRules": resource_rules(),
+                "resourceRules": resource_rules(cfg),
             },
             "matchConditions": match_conditions(cfg, sel),
             "variables": variables(cfg)
@@ -260,10 +275,12 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
         json!({
             "name": "exclude-unchanged-pod-template",
             "expression": format!(
-                "!(request.kind.kind in {}) || request.operation != 'UPDATE' || \
+                "{} ? {} : (!(request.kind.kind in {}) || request.operation != 'UPDATE' || \
                  (request.kind.kind == 'CronJob' \
                  ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template \
-                 : object.spec.template != oldObject.spec.template)",
+                 : object.spec.template != oldObject.spec.template))",
+                table_kind_condition(cfg),
+                table_templates_changed(cfg),
                 cel_list(controller_kinds())
             ),
         }),
@@ -288,13 +305,15 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
         out.push(json!({
             "name": "exclude-priority-classes",
             "expression": format!(
-                "request.kind.kind == 'Pod' \
+                "{} ? {} : (request.kind.kind == 'Pod' \
                  ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {classes}) \
                  : (request.kind.kind == 'CronJob' \
                  ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) \
                  || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {classes}) \
                  : !has(object.spec.template.spec.priorityClassName) \
-                 || !(object.spec.template.spec.priorityClassName in {classes}))"
+                 || !(object.spec.template.spec.priorityClassName in {classes})))",
+                table_kind_condition(cfg),
+                table_priority_excluded(cfg, &classes),
             ),
         }));
     }
@@ -336,6 +355,9 @@ pub fn variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
 fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
     let controllers = cel_list(controller_kinds());
     let mut v = vec![
+        // A custom resource of the workload-kind table (§12): its templates are found by the
+        // table's paths, and none of the variables of one pod below is read for it.
+        ("tableKind", table_kind_condition(cfg)),
         // The pod as its metadata and spec: a Pod is its own, a Job's or a controller's is its
         // template, a CronJob's is its Job template's.
         (
@@ -410,7 +432,18 @@ fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
             "variables.controller ? variables.prepManaged : variables.prepCanonical".to_string(),
         ),
     ];
-    v.push(("rangeViolations", range_violations()));
+    v.push(("tableRangeViolations", table_range_violations(cfg)));
+    v.push((
+        "rangeViolations",
+        format!(
+            "variables.tableKind ? variables.tableRangeViolations : {}",
+            range_violations(
+                "variables.pod",
+                "variables.specPath",
+                "variables.prepExempt"
+            )
+        ),
+    ));
     v.push(("nonRootViolations", non_root_violations()));
     v
 }
@@ -608,20 +641,22 @@ const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"]
 /// Every id outside its range, as `<path>: <value> is outside <lo>..<hi>` (SPEC.md §6): the
 /// pod's runAsUser, runAsGroup and fsGroup, then each container's runAsUser and runAsGroup,
 /// except the prep container the rules do not govern.
-fn range_violations() -> String {
+/// The ranges of the pod spec `pod` (a CEL expression), its fields named under `spec_path` (a
+/// CEL string expression); the prep container is exempt where `prep_exempt` holds.
+fn range_violations(pod: &str, spec_path: &str, prep_exempt: &str) -> String {
     let bad = |value: &str, lo: i64| format!("({value} < {lo} || {value} > {MAX_ID})");
     let msg = |path: &str, value: &str, lo: i64| {
         format!("{path} + ': ' + string({value}) + ' is outside {lo}..{MAX_ID}'")
     };
     let mut parts = Vec::new();
     for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0), ("fsGroup", 0)] {
-        let value = format!("variables.pod.securityContext.{field}");
+        let value = format!("{pod}.securityContext.{field}");
         parts.push(format!(
-            "(has(variables.pod.securityContext) && has({value}) && {} \
+            "(has({pod}.securityContext) && has({value}) && {} \
              ? [{}] : [])",
             bad(&value, lo),
             msg(
-                &format!("variables.specPath + '.securityContext.{field}'"),
+                &format!("{spec_path} + '.securityContext.{field}'"),
                 &value,
                 lo
             )
@@ -630,7 +665,7 @@ fn range_violations() -> String {
     for list in LISTS {
         let exempt = if list == "initContainers" {
             format!(
-                "!(variables.prepExempt && c.name == {}) && ",
+                "!({prep_exempt} && c.name == {}) && ",
                 cel_string(PREP_CONTAINER)
             )
         } else {
@@ -639,10 +674,10 @@ fn range_violations() -> String {
         for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0)] {
             let value = format!("c.securityContext.{field}");
             let path = format!(
-                "variables.specPath + '.{list}[' + string(variables.pod.{list}.indexOf(c)) + '].securityContext.{field}'"
+                "{spec_path} + '.{list}[' + string({pod}.{list}.indexOf(c)) + '].securityContext.{field}'"
             );
             parts.push(format!(
-                "(has(variables.pod.{list}) ? variables.pod.{list}.filter(c, {exempt}\
+                "(has({pod}.{list}) ? {pod}.{list}.filter(c, {exempt}\
                  has(c.securityContext) && has({value}) && {}).map(c, {}) : [])",
                 bad(&value, lo),
                 msg(&path, &value, lo)
@@ -650,6 +685,307 @@ fn range_violations() -> String {
         }
     }
     parts.join(" + ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The custom resources of the workload-kind table (SPEC.md §12)
+// ---------------------------------------------------------------------------------------------
+
+/// The rows of the table the backstop judges: not the built-in kinds (Pods, Jobs and the
+/// controllers of §11, which have their own expressions), and with a complete template (a
+/// partial one is never denied, so a kind with only those needs no policy).
+fn table_kinds(cfg: &PolicyConfig) -> Vec<&KindEntry> {
+    cfg.workload_kinds
+        .entries()
+        .iter()
+        .filter(|row| {
+            row.versions
+                .iter()
+                .all(|v| WorkloadKind::of(&row.group, v, &row.kind).is_none())
+        })
+        .filter(|row| {
+            row.templates
+                .iter()
+                .any(|t| t.completeness == Completeness::Complete)
+        })
+        .collect()
+}
+
+/// `request.kind.group == 'g' && request.kind.kind == 'K'`: a request for the row's kind.
+fn kind_condition(row: &KindEntry) -> String {
+    format!(
+        "request.kind.group == {} && request.kind.kind == {}",
+        cel_string(&row.group),
+        cel_string(&row.kind)
+    )
+}
+
+/// A request for any row of [`table_kinds`] (`false` when there is none).
+fn table_kind_condition(cfg: &PolicyConfig) -> String {
+    let rows: Vec<String> = table_kinds(cfg)
+        .into_iter()
+        .map(|row| format!("({})", kind_condition(row)))
+        .collect();
+    if rows.is_empty() {
+        "false".to_string()
+    } else {
+        format!("({})", rows.join(" || "))
+    }
+}
+
+/// For each row, its kind's condition and `value(row)`: a flat sum of lists
+/// `(cond ? value : []) + …` (`[]` without rows), flat so that no parser nests deeper with
+/// more rows.
+fn per_row_list(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
+    let parts: Vec<String> = table_kinds(cfg)
+        .into_iter()
+        .map(|row| format!("({} ? {} : [])", kind_condition(row), value(row)))
+        .collect();
+    if parts.is_empty() {
+        "[]".to_string()
+    } else {
+        parts.join(" + ")
+    }
+}
+
+/// For each row, that `value(row)` holds for a request of its kind: a flat conjunction
+/// `(!(cond) || value) && …` (`true` without rows).
+fn per_row_all(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
+    let parts: Vec<String> = table_kinds(cfg)
+        .into_iter()
+        .map(|row| format!("(!({}) || ({}))", kind_condition(row), value(row)))
+        .collect();
+    if parts.is_empty() {
+        "true".to_string()
+    } else {
+        parts.join(" && ")
+    }
+}
+
+/// `has(r.a) && has(r.a.b)` for the keys under `root` (`true` without keys).
+fn has_chain(root: &str, keys: &[&str]) -> String {
+    let mut at = root.to_string();
+    let mut has = Vec::new();
+    for key in keys {
+        at = format!("{at}.{key}");
+        has.push(format!("has({at})"));
+    }
+    if has.is_empty() {
+        "true".to_string()
+    } else {
+        has.join(" && ")
+    }
+}
+
+fn get(root: &str, keys: &[&str]) -> String {
+    keys.iter()
+        .fold(root.to_string(), |at, k| format!("{at}.{k}"))
+}
+
+/// A key step's key; a wildcard has none.
+fn key_of(step: &Step) -> &str {
+    match step {
+        Step::Key(k) => k,
+        _ => "",
+    }
+}
+
+/// Whether an UPDATE changed what a template path finds, as the webhooks' condition says
+/// (the chart's `modelgate.templateChanged`): the value at the path; under one `[*]`, the
+/// elements' templates in order (a change of an element's other fields is not a change);
+/// under one `*`, each key's template; with a second wildcard, the whole list or map at the
+/// first. Each step guarded by `has()`.
+fn template_changed(steps: &[Step]) -> String {
+    let wild = steps
+        .iter()
+        .position(|s| !matches!(s, Step::Key(_)))
+        .unwrap_or(steps.len());
+    let prefix: Vec<&str> = steps[..wild].iter().map(key_of).collect();
+    let rest = steps.get(wild + 1..).unwrap_or_default();
+    let more = rest.iter().any(|s| !matches!(s, Step::Key(_)));
+    let suffix: Vec<&str> = rest.iter().map(key_of).collect();
+    let (g_new, g_old) = (
+        has_chain("object", &prefix),
+        has_chain("oldObject", &prefix),
+    );
+    let (v_new, v_old) = (get("object", &prefix), get("oldObject", &prefix));
+    let mut differ = format!("{v_new} != {v_old}");
+    match steps.get(wild) {
+        Some(Step::EveryElement) if !more && !suffix.is_empty() => {
+            let (h, g) = (has_chain("e", &suffix), get("e", &suffix));
+            differ =
+                format!("{v_new}.filter(e, {h}).map(e, {g}) != {v_old}.filter(e, {h}).map(e, {g})");
+        }
+        Some(Step::EveryValue) if !more => {
+            let (nk, ok) = (format!("{v_new}[k]"), format!("{v_old}[k]"));
+            let (h_n, h_o) = (has_chain(&nk, &suffix), has_chain(&ok, &suffix));
+            let (s_n, s_o) = (get(&nk, &suffix), get(&ok, &suffix));
+            differ = format!(
+                "{v_new}.exists(k, {h_n} && !(k in {v_old} && {h_o} && {s_n} == {s_o})) \
+                 || {v_old}.exists(k, {h_o} && !(k in {v_new} && {h_n}))"
+            );
+        }
+        _ => {}
+    }
+    format!("({g_new}) != ({g_old}) || ({g_new}) && ({differ})")
+}
+
+/// The unchanged-template condition for the table's kinds: a CREATE, or an UPDATE that changed
+/// any of the kind's templates.
+fn table_templates_changed(cfg: &PolicyConfig) -> String {
+    let changed = |row: &KindEntry| {
+        let any: Vec<String> = row
+            .templates
+            .iter()
+            .map(|t| format!("({})", template_changed(&t.steps)))
+            .collect();
+        format!("request.operation != 'UPDATE' || {}", any.join(" || "))
+    };
+    per_row_all(cfg, changed)
+}
+
+/// The excluded priority classes for the table's kinds, as the webhooks' condition says (the
+/// chart's `modelgate.celPriorityExcluded`): a kind with one `PodTemplateSpec` at a fixed path
+/// is left out when its template is of such a class; any other is judged (one template of the
+/// class does not say what the others are).
+fn table_priority_excluded(cfg: &PolicyConfig, classes: &str) -> String {
+    let excluded = |row: &KindEntry| match row.templates.as_slice() {
+        [t] if t.shape == Shape::PodTemplateSpec
+            && t.steps.iter().all(|s| matches!(s, Step::Key(_))) =>
+        {
+            let mut keys: Vec<&str> = t
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Key(k) => Some(k.as_str()),
+                    _ => None,
+                })
+                .collect();
+            keys.extend(["spec", "priorityClassName"]);
+            format!(
+                "!({}) || !({} in {classes})",
+                has_chain("object", &keys),
+                get("object", &keys)
+            )
+        }
+        _ => "true".to_string(),
+    };
+    per_row_all(cfg, excluded)
+}
+
+/// The ranges of every complete template of the request's kind, each template's findings one
+/// string (`; `-joined), named by the template's own path
+/// (`spec.workerGroupSpecs[1].template.spec.containers[0]…`, as the webhook names them).
+/// A prep container in a template is not judged: its pods get the canonical one from the
+/// mutation, and the backstop judges that one on the pods.
+fn table_range_violations(cfg: &PolicyConfig) -> String {
+    let of_row = |row: &KindEntry| {
+        let templates: Vec<String> = row
+            .templates
+            .iter()
+            .filter(|t| t.completeness == Completeness::Complete)
+            .map(|t| walk(&t.steps, "object", &CelPath::root(), t.shape, 0))
+            .collect();
+        format!("[{}].filter(s, s != '')", templates.join(", "))
+    };
+    per_row_list(cfg, of_row)
+}
+
+/// A field path as a CEL string expression: what is known only at evaluation (an index, a
+/// key), then literal text.
+#[derive(Clone)]
+struct CelPath {
+    dynamic: Option<String>,
+    tail: String,
+}
+
+impl CelPath {
+    fn root() -> Self {
+        CelPath {
+            dynamic: None,
+            tail: String::new(),
+        }
+    }
+
+    fn key(&self, key: &str) -> Self {
+        let dot = if self.dynamic.is_none() && self.tail.is_empty() {
+            ""
+        } else {
+            "."
+        };
+        CelPath {
+            dynamic: self.dynamic.clone(),
+            tail: format!("{}{dot}{key}", self.tail),
+        }
+    }
+
+    /// `self` followed by `open`, the CEL string `expr`, and `close`.
+    fn dynamic(&self, open: &str, expr: &str, close: &str) -> Self {
+        CelPath {
+            dynamic: Some(format!("{} + {expr}", self.with(open))),
+            tail: close.to_string(),
+        }
+    }
+
+    /// The path and the literal `more` after it, as one CEL string expression.
+    fn with(&self, more: &str) -> String {
+        let literal = cel_string(&format!("{}{more}", self.tail));
+        match &self.dynamic {
+            Some(d) => format!("{d} + {literal}"),
+            None => literal,
+        }
+    }
+}
+
+/// The findings (one string) of the templates that `steps` find below `value` (a CEL
+/// expression), at `path`. The template's spec and path are bound to short names
+/// (`[v].map(p, …)[0]`), so that the text does not repeat them in every rule.
+fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize) -> String {
+    match steps.split_first() {
+        None => {
+            let pod = format!("p{depth}");
+            let (spec, spec_path) = match shape {
+                Shape::PodTemplateSpec => (format!("{value}.spec"), path.key("spec")),
+                Shape::PodSpec => (value.to_string(), path.clone()),
+            };
+            let guard = match shape {
+                Shape::PodTemplateSpec => format!("has({value}.spec)"),
+                Shape::PodSpec => "true".to_string(),
+            };
+            let name = format!("n{depth}");
+            format!(
+                "({guard} ? [{}].map({name}, [{spec}].map({pod}, ({}).join('; '))[0])[0] : '')",
+                spec_path.with(""),
+                range_violations(&pod, &name, "true")
+            )
+        }
+        Some((Step::Key(key), rest)) => format!(
+            "(has({value}.{key}) ? {} : '')",
+            walk(
+                rest,
+                &format!("{value}.{key}"),
+                &path.key(key),
+                shape,
+                depth
+            )
+        ),
+        Some((Step::EveryElement, rest)) => {
+            let e = format!("e{depth}");
+            let at = path.dynamic("[", &format!("string({value}.indexOf({e}))"), "]");
+            format!(
+                "{value}.map({e}, {}).filter(s, s != '').join('; ')",
+                walk(rest, &e, &at, shape, depth + 1)
+            )
+        }
+        Some((Step::EveryValue, rest)) => {
+            let k = format!("k{depth}");
+            let at = path.dynamic(".", &k, "");
+            format!(
+                "{value}.map({k}, {}).filter(s, s != '').join('; ')",
+                walk(rest, &format!("{value}[{k}]"), &at, shape, depth + 1)
+            )
+        }
+    }
 }
 
 /// Every container other than the canonical prep whose effective runAsNonRoot (its own, else
@@ -685,7 +1021,10 @@ fn non_root_violations() -> String {
              : 'not set, and the pod\\'s spec.securityContext.runAsNonRoot is not true')) : [])"
         ));
     }
-    format!("variables.controller ? [] : {}", parts.join(" + "))
+    format!(
+        "variables.tableKind || variables.controller ? [] : {}",
+        parts.join(" + ")
+    )
 }
 
 /// One entry of the policy's `validations`.

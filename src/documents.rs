@@ -63,6 +63,31 @@ pub enum DocumentError {
     },
 }
 
+/// The text of an input's bytes as kubectl reads a file (cli-runtime's `BOMOverride`): a UTF-8
+/// byte order mark is dropped, and bytes that begin with a UTF-16 one (little or big endian, as
+/// Windows tools write) are decoded from UTF-16; anything else must be UTF-8. The error says
+/// which encoding failed.
+pub fn decode_text(bytes: Vec<u8>) -> Result<String, String> {
+    let utf16 = |rest: &[u8], unit: fn([u8; 2]) -> u16| {
+        if !rest.len().is_multiple_of(2) {
+            return Err("UTF-16 (by its byte order mark) but of an odd length".to_string());
+        }
+        let units: Vec<u16> = rest
+            .chunks_exact(2)
+            .map(|pair| unit([pair[0], pair[1]]))
+            .collect();
+        String::from_utf16(&units).map_err(|e| format!("not valid UTF-16: {e}"))
+    };
+    match bytes.as_slice() {
+        [0xEF, 0xBB, 0xBF, rest @ ..] => {
+            String::from_utf8(rest.to_vec()).map_err(|e| format!("not valid UTF-8: {e}"))
+        }
+        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes),
+        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes),
+        _ => String::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}")),
+    }
+}
+
 /// Parses `text` (named `origin` in errors) into its objects, in order. Empty documents are
 /// skipped; a `List` (kind `List` or any `*List` with an `items` array) yields its items.
 pub fn read_documents(origin: &str, text: &str) -> Result<Vec<Document>, DocumentError> {
@@ -1012,5 +1037,36 @@ mod never_panics {
                 }
             }
         }
+    }
+
+    #[test]
+    fn byte_order_marks_are_read_as_kubectl_reads_them() {
+        let text = "kind: Pod\nmetadata: {name: é}\n";
+        let mut utf8 = vec![0xEF, 0xBB, 0xBF];
+        utf8.extend_from_slice(text.as_bytes());
+        let mut le = vec![0xFF, 0xFE];
+        let mut be = vec![0xFE, 0xFF];
+        for unit in text.encode_utf16() {
+            le.extend_from_slice(&unit.to_le_bytes());
+            be.extend_from_slice(&unit.to_be_bytes());
+        }
+        for bytes in [text.as_bytes().to_vec(), utf8, le, be] {
+            assert_eq!(decode_text(bytes).unwrap(), text);
+        }
+        assert!(
+            decode_text(vec![0xFF, 0xFE, 0x41])
+                .unwrap_err()
+                .contains("odd length")
+        );
+        assert!(
+            decode_text(vec![0xFF, 0xFE, 0x00, 0xD8])
+                .unwrap_err()
+                .contains("not valid UTF-16")
+        );
+        assert!(
+            decode_text(vec![b'a', 0xFF])
+                .unwrap_err()
+                .starts_with("not valid UTF-8")
+        );
     }
 }

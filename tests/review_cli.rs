@@ -1420,3 +1420,43 @@ fn a_review_the_server_refuses_is_refused_with_the_server_s_message() {
         );
     }
 }
+
+/// Files written by Windows tools: UTF-16 with a byte order mark (either order) and UTF-8 with
+/// one are read as kubectl reads them; the same pod gives the same
+/// line whatever the encoding.
+#[test]
+fn files_with_a_byte_order_mark_are_read_as_kubectl_reads_them() {
+    let text = std::fs::read_to_string(fixture("../../examples/pod.yaml")).unwrap();
+    let plain = review(&[&fixture("../../examples/pod.yaml")]);
+    assert_exit(&plain, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut encodings: Vec<(&str, Vec<u8>)> = vec![("utf-8-bom", vec![0xEF, 0xBB, 0xBF])];
+    encodings[0].1.extend_from_slice(text.as_bytes());
+    let (mut le, mut be) = (vec![0xFF, 0xFE], vec![0xFE, 0xFF]);
+    for unit in text.encode_utf16() {
+        le.extend_from_slice(&unit.to_le_bytes());
+        be.extend_from_slice(&unit.to_be_bytes());
+    }
+    encodings.push(("utf-16le", le));
+    encodings.push(("utf-16be", be));
+    let line = |out: &str, origin: &str| out.replacen(origin, "<input>", 1);
+    let want = line(&plain.stdout, &fixture("../../examples/pod.yaml"));
+    for (name, bytes) in encodings {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, &bytes).unwrap();
+        let path = path.display().to_string();
+        let run = review(&[&path]);
+        assert_exit(&run, 0);
+        assert_eq!(line(&run.stdout, &path), want, "{name}");
+    }
+    // A UTF-16 file cut in the middle of a character is an error naming the file.
+    let cut = dir.path().join("cut.yaml");
+    std::fs::write(&cut, [0xFF, 0xFE, b'k', 0, b'i']).unwrap();
+    let run = review(&[&cut.display().to_string()]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("cut.yaml: cannot read: UTF-16"),
+        "{}",
+        run.stderr
+    );
+}

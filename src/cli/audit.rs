@@ -5,7 +5,7 @@
 //! only with `--fail-on-findings`), 2 when a call was refused.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -347,17 +347,7 @@ fn audit_files(
     };
     let mut texts = Vec::new();
     for path in expand_directories(&inputs)? {
-        let (origin, text) = if path.as_os_str() == "-" {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("stdin: cannot read")?;
-            ("stdin".to_string(), s)
-        } else {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("{}: cannot read", path.display()))?;
-            (path.display().to_string(), text)
-        };
+        let (origin, text) = super::read_input(&path)?;
         texts.push((origin, text));
     }
     // First the Namespaces (their Pod Security labels decide the prep), wherever they are in

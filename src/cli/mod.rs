@@ -78,6 +78,24 @@ pub struct LoadedFiles {
     pub skipped: Vec<String>,
 }
 
+/// An input file, or standard input for `-`: its name for messages and its text, decoded as
+/// kubectl decodes files ([`crate::documents::decode_text`]).
+pub fn read_input(path: &std::path::Path) -> anyhow::Result<(String, String)> {
+    let (origin, bytes) = if path.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .context("stdin: cannot read")?;
+        ("stdin".to_string(), bytes)
+    } else {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        (path.display().to_string(), bytes)
+    };
+    let text = crate::documents::decode_text(bytes)
+        .map_err(|e| anyhow::anyhow!("{origin}: cannot read: {e}"))?;
+    Ok((origin, text))
+}
+
 impl CacheFiles {
     /// Reads every file once: cache objects into the index, and the Namespaces.
     /// A cache object or Namespace that does not decode is an error naming its file and document.
@@ -86,8 +104,7 @@ impl CacheFiles {
         let mut namespaces = NamespaceDocuments::default();
         let mut skipped = Vec::new();
         for p in &self.files {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("{}: cannot read", p.display()))?;
+            let (_, text) = read_input(p)?;
             let docs = read_documents(&p.display().to_string(), &text)?;
             namespaces.read(&docs)?;
             let not_caches = crate::cache::insert_documents(&mut index, &docs)?;

@@ -3,7 +3,7 @@
 //! `--webhook both` (the default) does what the API server does: mutate, apply the patch, then
 //! validate the result.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -137,17 +137,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         args.inputs.clone()
     };
     for path in &inputs {
-        let (origin, text) = if path.as_os_str() == "-" {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("stdin: cannot read")?;
-            ("stdin".to_string(), s)
-        } else {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("{}: cannot read", path.display()))?;
-            (path.display().to_string(), text)
-        };
+        let (origin, text) = super::read_input(path)?;
         docs.extend(read_documents(&origin, &text)?);
     }
     // Every document is checked before any output, so bad input never yields partial results.

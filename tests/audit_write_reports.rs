@@ -18,6 +18,7 @@ mod cli;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use audit_support::{
     OPENREPORTS, POLICYREPORT, ReportApi, audit_cluster, check_results, rule_result,
@@ -638,11 +639,40 @@ async fn a_report_crd_that_is_not_installed_is_a_refused_write() {
     api.set_report_crd(REPORTS, false);
     let run = audit_cluster(&api, &["--write-reports"]).await;
     assert_exit(&run, 2);
-    let web = report_name(&api, "deployments", "team-a", "web");
-    let line = line_naming(&run, &format!("Report team-a/{web}"));
-    assert!(line.contains("404"), "{line}");
-    assert_summary(&run, "0 applied, 0 deleted, ");
+    // One line says it, naming the CRD, and one apply tried it.
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: cannot write"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", run.stderr);
+    assert!(
+        lines[0].contains("and the 8 other reports")
+            && lines[0].contains("404")
+            && lines[0].contains("install the reports CRD"),
+        "{}",
+        lines[0]
+    );
+    assert_summary(&run, "0 applied, 0 deleted, 1 refused");
+    assert_eq!(writes(&api.report_requests()).len(), 1);
     assert!(api.reports(REPORTS).is_empty());
+}
+
+/// Reports are applied several at a time (the first alone), never more than eight at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_are_applied_a_few_at_a_time() {
+    let api = FakeApiServer::start(&[]).await;
+    populate(&api);
+    api.hold_report_applies(Duration::from_millis(200));
+    let run = audit_cluster(&api, &["--write-reports"]).await;
+    assert_exit(&run, 0);
+    assert_summary(&run, "9 applied, 0 deleted, 0 refused");
+    let most = api.most_report_applies_at_once();
+    assert!((2..=8).contains(&most), "{most} applies at once");
+    assert_eq!(
+        keys(&api.reports(REPORTS)),
+        expected(&api, &[]).into_keys().collect()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -434,6 +434,22 @@ async fn handle(
         .get(header::ACCEPT)
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
+    // A report apply may be held, to see how many a client sends at once.
+    let hold = (method == Method::PATCH)
+        .then(|| inner.lock().unwrap().reports.apply_hold)
+        .flatten();
+    if let Some(hold) = hold {
+        {
+            let mut g = inner.lock().unwrap();
+            g.reports.applies_in_flight += 1;
+            g.reports.most_applies_in_flight = g
+                .reports
+                .most_applies_in_flight
+                .max(g.reports.applies_in_flight);
+        }
+        tokio::time::sleep(hold).await;
+        inner.lock().unwrap().reports.applies_in_flight -= 1;
+    }
     let mut guard = inner.lock().unwrap();
     let inner = &mut *guard;
     if inner.down {
@@ -1077,6 +1093,10 @@ struct Reports {
     /// A report written again (a new resourceVersion) right after the next list that returns
     /// it, as another writer beside the client would.
     rewrite_after_list: Option<Key>,
+    /// How long each report apply is held before it is answered.
+    apply_hold: Option<std::time::Duration>,
+    applies_in_flight: usize,
+    most_applies_in_flight: usize,
     /// Report name → the message its apply is refused with.
     refused: BTreeMap<String, String>,
     requests: Vec<ReportRequest>,
@@ -1863,6 +1883,16 @@ impl FakeApiServer {
     /// list that returns it.
     pub fn rewrite_report_after_list(&self, namespace: &str, name: &str) {
         self.lock().reports.rewrite_after_list = Some((namespace.to_string(), name.to_string()));
+    }
+
+    /// Holds each report apply this long before answering it, from now on.
+    pub fn hold_report_applies(&self, hold: std::time::Duration) {
+        self.lock().reports.apply_hold = Some(hold);
+    }
+
+    /// The most report applies that were held at once.
+    pub fn most_report_applies_at_once(&self) -> usize {
+        self.lock().reports.most_applies_in_flight
     }
 
     /// Continue tokens of report lists have expired from now on (410).

@@ -77,7 +77,7 @@ tests/assets/test_backstop.py compares with this render.
 
 {{/*
 The findings (one CEL string) of the templates that .steps (keys, "[*]", "*") find below .value,
-at the path .dyn + .tail; the template's spec and path bound to p<depth> and n<depth>.
+at the path .dyn + .tail; the template's spec bound to p<depth>.
 */}}
 {{- define "modelgate.backstopWalk" -}}
 {{- $d := int .depth -}}
@@ -91,8 +91,8 @@ at the path .dyn + .tail; the template's spec and path bound to p<depth> and n<d
 {{- $guard = printf "has(%s.spec)" .value -}}
 {{- end -}}
 {{- $path := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" $tail "more" "") -}}
-{{- $ranges := include "modelgate.backstopRanges" . | replace "@POD@" (printf "p%d" $d) | replace "@PATH@" (printf "n%d" $d) -}}
-{{- printf "(%s ? [%s].map(n%d, [%s].map(p%d, (%s).join('; '))[0])[0] : '')" $guard $path $d $spec $d $ranges -}}
+{{- $ranges := include "modelgate.backstopRanges" . | replace "@POD@" (printf "p%d" $d) | replace "@PATH@" $path -}}
+{{- printf "(%s ? [%s].map(p%d, (%s).join('; '))[0] : '')" $guard $spec $d $ranges -}}
 {{- else -}}
 {{- $step := first .steps -}}
 {{- $next := dict "steps" (rest .steps) "shape" .shape "depth" $d -}}

@@ -938,8 +938,8 @@ impl CelPath {
 }
 
 /// The findings (one string) of the templates that `steps` find below `value` (a CEL
-/// expression), at `path`. The template's spec and path are bound to short names
-/// (`[v].map(p, …)[0]`), so that the text does not repeat them in every rule.
+/// expression), at `path`. The template's spec is bound to a short name (`[v].map(p, …)[0]`),
+/// so that the text does not repeat the path to it in every rule.
 fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize) -> String {
     match steps.split_first() {
         None => {
@@ -952,11 +952,12 @@ fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize)
                 Shape::PodTemplateSpec => format!("has({value}.spec)"),
                 Shape::PodSpec => "true".to_string(),
             };
-            let name = format!("n{depth}");
+            // The path is written into each message rather than bound: a message is built
+            // only for a denied field, and a path under a list finds its index with
+            // `indexOf`, linear in the list, which every element paying would make quadratic.
             format!(
-                "({guard} ? [{}].map({name}, [{spec}].map({pod}, ({}).join('; '))[0])[0] : '')",
-                spec_path.with(""),
-                range_violations(&pod, &name, "true")
+                "({guard} ? [{spec}].map({pod}, ({}).join('; '))[0] : '')",
+                range_violations(&pod, &spec_path.with(""), "true")
             )
         }
         Some((Step::Key(key), rest)) => format!(

@@ -39,7 +39,8 @@ done
 step "conformance: objects through kube-apiserver's admission chain ($MODELGATE_BIN)"
 failed=0
 RESULTS="$OUT/conformance-objects"
-"$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus ../shared/corpus -examples examples -out "$RESULTS" || failed=1
+"$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus ../shared/corpus -examples examples -out "$RESULTS" \
+  -backstop-verdicts "$OUT/backstop-outage.json" || failed=1
 
 step "conformance: the stored objects against the schema (kubernetes-validate --strict, 1.33 and 1.37)"
 # An object whose input already fails the schema (the corpus holds some) is reported, not

@@ -945,6 +945,52 @@ fn the_corpus_and_generated_pods_agree_with_the_webhooks_on_this_thread() {
         failures.len(),
         failures.join("\n\n")
     );
+    export_outage_verdicts(&corpus, &generated);
+}
+
+/// Where the Go API-server harness reads the backstop's verdicts for its outage scenario
+/// (`scripts/check-apiserver.sh`, which the test command runs after `cargo test`).
+const OUTAGE_VERDICTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/target/apiserver/backstop-outage.json"
+);
+
+/// For each Pod and Job of the differential, with the default policy: what the backstop says
+/// of it as it comes (modelgate down: nothing mutated it), and whether `/validate` admits it as
+/// it comes. The harness checks through kube-apiserver's client that the webhook cannot be
+/// called, lets the request through as `failurePolicy: Ignore` does, and takes these verdicts.
+fn export_outage_verdicts(corpus: &[(String, Value)], generated: &[(String, Value)]) {
+    let cfg = configs()[0].1.clone();
+    let hooks = Webhooks::new(cfg.clone());
+    let policy = Policy::new(&cfg, &selection());
+    let mut cases = Vec::new();
+    for (label, object) in corpus.iter().chain(generated.iter()) {
+        let kind = match object["kind"].as_str() {
+            Some("Pod") if object["apiVersion"] == "v1" => {
+                json!({"Group": "", "Version": "v1", "Kind": "Pod", "Resource": "pods"})
+            }
+            Some("Job") if object["apiVersion"] == "batch/v1" => {
+                json!({"Group": "batch", "Version": "v1", "Kind": "Job", "Resource": "jobs"})
+            }
+            _ => continue,
+        };
+        let validated = hooks.call(Webhook::Validate, &create_review("uid", object, "team-a"));
+        if validated.http != 200 {
+            continue;
+        }
+        let (backstop, message) = match verdict(&policy, object) {
+            Verdict::Deny(messages) => ("deny", messages.join("\n")),
+            Verdict::Admit => ("admit", String::new()),
+            Verdict::NotMatched => ("not-matched", String::new()),
+        };
+        cases.push(json!({
+            "label": label, "kind": kind, "object": object, "backstop": backstop,
+            "message": message, "validateAllowed": validated.allowed,
+        }));
+    }
+    let path = Path::new(OUTAGE_VERDICTS);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, serde_json::to_vec(&cases).unwrap()).unwrap();
 }
 
 /// The canonical prep after the API server's plugins is admitted; any forgery is refused.

@@ -1,7 +1,8 @@
 // Command conformance calls modelgate as kube-apiserver does, with kube-apiserver's own
 // client-side behaviour rebuilt in Go (see the packages it imports), and checks that every
 // Pod and Job, from the shared corpus, the examples and generated cache hits, comes out of
-// the API server's admission chain admitted, valid and without a second webhook round.
+// the API server's admission chain admitted, valid and without a second webhook round. Then,
+// modelgate stopped, the outage with the backstop installed (outage.go).
 //
 //	conformance -modelgate target/debug/modelgate -corpus ../shared/corpus -examples examples -out DIR
 //
@@ -23,14 +24,15 @@ func main() {
 	examples := flag.String("examples", "examples", "the examples directory (pod.yaml, job.yaml, cluster-state.yaml)")
 	out := flag.String("out", "target/apiserver/conformance", "where to write the objects as stored (final/) and as first seen (input/)")
 	verbose := flag.Bool("v", false, "print each object's decision")
+	verdicts := flag.String("backstop-verdicts", "target/apiserver/backstop-outage.json", "the backstop's verdicts on the same objects (written by cargo test --test backstop)")
 	flag.Parse()
-	if err := run(*bin, *corpus, *examples, *out, *verbose); err != nil {
+	if err := run(*bin, *corpus, *examples, *out, *verdicts, *verbose); err != nil {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(2)
 	}
 }
 
-func run(bin, corpus, examples, out string, verbose bool) error {
+func run(bin, corpus, examples, out, verdicts string, verbose bool) error {
 	for _, d := range []string{"final", "input"} {
 		if err := os.RemoveAll(filepath.Join(out, d)); err != nil {
 			return err
@@ -70,10 +72,18 @@ func run(bin, corpus, examples, out string, verbose bool) error {
 	}
 	srv.stop()
 	rep.print(os.Stdout)
-	if n := rep.failed(); n > 0 {
+	outageFailures, created, refused, err := outage(srv.URL, srv.CAPEM, verdicts)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\noutage with the backstop (modelgate stopped, failurePolicy Ignore): %d created, %d refused by the backstop\n", created, refused)
+	for _, f := range outageFailures {
+		fmt.Println("  outage: " + f)
+	}
+	if n := rep.failed() + len(outageFailures); n > 0 {
 		fmt.Printf("\nFAILED: %d failures (modelgate's log: %s)\n", n, filepath.Join(out, "modelgate.log"))
 		os.Exit(1)
 	}
-	fmt.Println("\nok: every object admitted as the API server would, valid, in one round")
+	fmt.Println("\nok: every object admitted as the API server would, valid, in one round; during an outage the backstop created none that /validate denies")
 	return nil
 }

@@ -83,26 +83,27 @@ pub async fn write_reports(
     let ar = api_resource(api);
     let kind = api.kind();
     let mut written = Written::default();
-    // Every report this run stands for, applied or refused: a refused apply leaves the old
-    // report of a workload that still exists, which is no reason to delete it.
-    let names: HashSet<(String, String)> = workloads
+    // Where each workload's report goes, in the workloads' order.
+    let targets: Vec<(String, String)> = workloads
         .iter()
         .map(|w| (w.scope.namespace.clone(), reports::report_name(&w.scope)))
         .collect();
+    // Every report this run stands for, applied or refused: a refused apply leaves the old
+    // report of a workload that still exists, which is no reason to delete it.
+    let names: HashSet<(String, String)> = targets.iter().cloned().collect();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let apply = |w: &WorkloadResults| {
-        let name = reports::report_name(&w.scope);
-        let namespace = w.scope.namespace.clone();
+    let apply = |(w, (namespace, name)): (&WorkloadResults, &(String, String))| {
         let report = reports::report(api, w, at);
-        let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ar);
-        let params = &params;
+        let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+        let (namespace, name, params) = (namespace.clone(), name.clone(), &params);
         async move {
             let result = reports.patch(&name, params, &Patch::Apply(&report)).await;
             (format!("{kind} {namespace}/{name}"), result.map(|_| ()))
         }
     };
+    let mut jobs = workloads.iter().zip(&targets);
     // The first alone: without the CRD every apply fails alike, and that is said once.
-    let Some((first, rest)) = workloads.split_first() else {
+    let Some(first) = jobs.next() else {
         prune(client, &ar, &names, namespaces, page_size, &mut written).await;
         return written;
     };
@@ -112,7 +113,7 @@ pub async fn write_reports(
             written.refused.push(format!(
                 "{object} and the {} other reports: {} is not served by the cluster ({}): \
                  install the {} CRD",
-                rest.len(),
+                workloads.len() - 1,
                 api.api_version(),
                 reason(&e),
                 ar.plural
@@ -122,7 +123,7 @@ pub async fn write_reports(
         (object, Err(e)) => written.refused.push(format!("{object}: {}", reason(&e))),
     }
     let mut applies =
-        futures::stream::iter(rest.iter().map(apply)).buffer_unordered(REPORT_WRITES_IN_FLIGHT);
+        futures::stream::iter(jobs.map(apply)).buffer_unordered(REPORT_WRITES_IN_FLIGHT);
     while let Some((object, result)) = applies.next().await {
         match result {
             Ok(()) => written.applied += 1,

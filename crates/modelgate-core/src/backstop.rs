@@ -722,44 +722,38 @@ fn kind_condition(row: &KindEntry) -> String {
 
 /// A request for any row of [`table_kinds`] (`false` when there is none).
 fn table_kind_condition(cfg: &PolicyConfig) -> String {
-    let rows: Vec<String> = table_kinds(cfg)
-        .into_iter()
-        .map(|row| format!("({})", kind_condition(row)))
-        .collect();
-    if rows.is_empty() {
-        "false".to_string()
-    } else {
-        format!("({})", rows.join(" || "))
+    match over_rows(cfg, |row| format!("({})", kind_condition(row)), " || ", "") {
+        any if any.is_empty() => "false".to_string(),
+        any => format!("({any})"),
     }
 }
 
-/// For each row, its kind's condition and `value(row)`: a flat sum of lists
-/// `(cond ? value : []) + …` (`[]` without rows), flat so that no parser nests deeper with
-/// more rows.
+/// One term per row of [`table_kinds`], joined by `op`, or `none` without rows: flat, so that
+/// no parser nests deeper with more rows.
+fn over_rows(
+    cfg: &PolicyConfig,
+    term: impl Fn(&KindEntry) -> String,
+    op: &str,
+    none: &str,
+) -> String {
+    let terms: Vec<String> = table_kinds(cfg).into_iter().map(term).collect();
+    if terms.is_empty() {
+        none.to_string()
+    } else {
+        terms.join(op)
+    }
+}
+
+/// For each row, its kind's condition and `value(row)`: a sum of lists `(cond ? value : [])`.
 fn per_row_list(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
-    let parts: Vec<String> = table_kinds(cfg)
-        .into_iter()
-        .map(|row| format!("({} ? {} : [])", kind_condition(row), value(row)))
-        .collect();
-    if parts.is_empty() {
-        "[]".to_string()
-    } else {
-        parts.join(" + ")
-    }
+    let term = |row: &KindEntry| format!("({} ? {} : [])", kind_condition(row), value(row));
+    over_rows(cfg, term, " + ", "[]")
 }
 
-/// For each row, that `value(row)` holds for a request of its kind: a flat conjunction
-/// `(!(cond) || value) && …` (`true` without rows).
+/// For each row, that `value(row)` holds for a request of its kind: `(!(cond) || value) && …`.
 fn per_row_all(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
-    let parts: Vec<String> = table_kinds(cfg)
-        .into_iter()
-        .map(|row| format!("(!({}) || ({}))", kind_condition(row), value(row)))
-        .collect();
-    if parts.is_empty() {
-        "true".to_string()
-    } else {
-        parts.join(" && ")
-    }
+    let term = |row: &KindEntry| format!("(!({}) || ({}))", kind_condition(row), value(row));
+    over_rows(cfg, term, " && ", "true")
 }
 
 /// `has(r.a) && has(r.a.b)` for the keys under `root` (`true` without keys).

@@ -121,6 +121,20 @@ pub fn for_each_document<E: From<DocumentError>>(
         range,
         first_line,
     };
+    // Document `i` (0-based) of the stream, handed to `f` unless it is empty.
+    let mut hand_over = |several: bool, i: usize, value: Value, range, first_line| {
+        if value.is_null() {
+            return Ok(());
+        }
+        emit(
+            origin,
+            several,
+            i + 1,
+            value,
+            source(range, first_line),
+            &mut f,
+        )
+    };
     let mut json_error = None;
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -128,17 +142,9 @@ pub fn for_each_document<E: From<DocumentError>>(
             Ok(docs) => {
                 let several = docs.len() > 1;
                 for (i, (value, first_line, range)) in docs.into_iter().enumerate() {
-                    if value.is_null() || !wanted(&range) {
-                        continue;
+                    if wanted(&range) {
+                        hand_over(several, i, value, range, first_line)?;
                     }
-                    emit(
-                        origin,
-                        several,
-                        i + 1,
-                        value,
-                        source(range, first_line),
-                        &mut f,
-                    )?;
                 }
                 return Ok(());
             }
@@ -187,17 +193,7 @@ pub fn for_each_document<E: From<DocumentError>>(
                     .into());
                 }
             };
-            if value.is_null() {
-                continue;
-            }
-            emit(
-                origin,
-                several,
-                i + 1,
-                value,
-                source(range, first_line),
-                &mut f,
-            )?;
+            hand_over(several, i, value, range, first_line)?;
         }
         Ok(())
     })

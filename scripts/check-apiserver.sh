@@ -40,7 +40,7 @@ step "conformance: objects through kube-apiserver's admission chain ($MODELGATE_
 failed=0
 RESULTS="$OUT/conformance-objects"
 "$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus ../shared/corpus -examples examples -out "$RESULTS" \
-  -backstop-verdicts "$OUT/backstop-outage.json" || failed=1
+  -backstop-verdicts "$OUT/backstop-outage.json" -ml-kinds-requests "$OUT/ml-kinds-requests.json" || failed=1
 
 step "conformance: the stored objects against the schema (kubernetes-validate --strict, 1.33 and 1.37)"
 # An object whose input already fails the schema (the corpus holds some) is reported, not

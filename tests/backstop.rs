@@ -18,12 +18,15 @@
 //! non-root is denied unmutated; a compliant pod is admitted unmutated; forged prep containers
 //! are denied; only namespaces in `enforce` are bound.
 
+#[path = "support/cel.rs"]
+mod cel_support;
 #[path = "common/cli.rs"]
 mod cli;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use cel_support::{on_big_stack, to_cel};
 use kube_cel::KubeCelExt as _;
 use kube_cel::cel::{self, Context, Program};
 use modelgate::admission::{self, Webhook, WorkloadKind};
@@ -39,21 +42,6 @@ use serde_json::{Value, json};
 // ---------------------------------------------------------------------------------------------
 // The evaluator
 // ---------------------------------------------------------------------------------------------
-
-/// Runs a test on a thread with a 256 MiB stack: the `cel` interpreter recurses once per level
-/// of an expression, and in this debug build its frames are large, so the policy's longest
-/// expressions (a sum over the rows of the workload-kind table) overflow a test thread's 2 MiB.
-/// The API server's cel-go parses the same text within its recursion limit (250 levels).
-fn on_big_stack(test: fn()) {
-    let outcome = std::thread::Builder::new()
-        .stack_size(256 << 20)
-        .spawn(test)
-        .unwrap()
-        .join();
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-}
 
 struct Compiled {
     source: String,
@@ -201,30 +189,6 @@ impl<'a> Request<'a> {
             namespace: object["metadata"]["namespace"].as_str().unwrap_or("team-a"),
             namespace_labels: labels,
             username: "system:serviceaccount:team-a:deployer",
-        }
-    }
-}
-
-/// JSON as the API server hands it to CEL (unstructured JSON through cel-go's type adapter):
-/// integers are `int` (int64), maps keep their keys as written.
-fn to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => cel::Value::Int(i),
-            None => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => cel::Value::String(s.clone().into()),
-        Value::Array(items) => {
-            cel::Value::List(items.iter().map(to_cel).collect::<Vec<_>>().into())
-        }
-        Value::Object(fields) => {
-            let map: std::collections::HashMap<cel::objects::Key, cel::Value> = fields
-                .iter()
-                .map(|(k, v)| (cel::objects::Key::from(k.as_str()), to_cel(v)))
-                .collect();
-            cel::Value::Map(map.into())
         }
     }
 }

@@ -633,3 +633,179 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The requests the API server would send for these kinds, for the Go API-server harness.
+// ---------------------------------------------------------------------------------------------
+
+#[path = "support/cel.rs"]
+mod cel_support;
+
+use kube_cel::KubeCelExt as _;
+use kube_cel::cel::{Context as CelContext, Program};
+
+/// Where the Go harness (`scripts/check-apiserver.sh`, run after `cargo test`) reads them.
+const ML_REQUESTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/target/apiserver/ml-kinds-requests.json"
+);
+
+const CONTROLLERS_HOOK: &str = "validate-controllers.modelgate.io";
+
+/// The `matchConditions` of the controllers' webhook as installed (the kustomize base, which
+/// the asset tests check is the chart's rendering), compiled.
+fn installed_match_conditions() -> Vec<(String, Program)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base/webhooks.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let hook = read_documents(path, &text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.value["kind"] == "ValidatingWebhookConfiguration")
+        .flat_map(|d| d.value["webhooks"].as_array().cloned().unwrap_or_default())
+        .find(|h| h["name"] == CONTROLLERS_HOOK)
+        .unwrap_or_else(|| panic!("{path}: no {CONTROLLERS_HOOK}"));
+    hook["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let expression = c["expression"].as_str().unwrap();
+            let program =
+                Program::compile(expression).unwrap_or_else(|e| panic!("{}: {e}", c["name"]));
+            (c["name"].as_str().unwrap().to_string(), program)
+        })
+        .collect()
+}
+
+/// The API server's rule: the webhook is called only if every condition is true. An
+/// evaluation error (the API server would apply `failurePolicy`) fails the test.
+fn is_called(conditions: &[(String, Program)], request: &Value) -> bool {
+    let mut ctx = CelContext::default().with_all();
+    for key in ["object", "oldObject", "request"] {
+        ctx.add_variable_from_value(key, cel_support::to_cel(&request[key]));
+    }
+    conditions
+        .iter()
+        .all(|(name, program)| match program.execute(&ctx) {
+            Ok(kube_cel::cel::Value::Bool(b)) => b,
+            other => panic!("{name}: {other:?}"),
+        })
+}
+
+/// A change of the object's last template: its service account, which a PodTemplateSpec's
+/// spec and a bare pod spec both have.
+fn change_last_template(object: &mut Value, row: &modelgate::admission::KindEntry) {
+    let text = object.to_string();
+    let templates = modelgate::admission::templates_of(row, &text).unwrap();
+    let last = templates.last().unwrap();
+    let mut pointer = last.pointer.clone();
+    if last.shape == modelgate::admission::Shape::PodTemplateSpec {
+        pointer.push_str("/spec");
+    }
+    object.pointer_mut(&pointer).unwrap()["serviceAccountName"] = json!("other");
+}
+
+/// Each fixture as the API server would send it to the controllers' webhook: CREATE, an
+/// UPDATE that changes a template and one that only relabels the resource, each with the
+/// verdict of the installed `matchConditions` (evaluated as CEL) on whether modelgate is called,
+/// and the templates of the object (where complete), from which the Go harness makes the pods
+/// the kind's controller would create.
+#[test]
+fn exports_the_requests_the_api_server_sends_for_these_kinds() {
+    let requests = cel_support::on_big_stack(ml_requests);
+    let sent = requests.iter().filter(|r| r["called"] == true).count();
+    assert!(
+        sent > 0 && sent < requests.len(),
+        "{sent} of {}",
+        requests.len()
+    );
+    let path = std::path::Path::new(ML_REQUESTS);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, serde_json::to_vec(&requests).unwrap()).unwrap();
+}
+
+fn ml_requests() -> Vec<Value> {
+    let conditions = installed_match_conditions();
+    let table = modelgate::admission::WorkloadKinds::defaults();
+    let mut out = Vec::new();
+    for (file, object) in fixtures() {
+        let (api_version, kind) = (
+            object["apiVersion"].as_str().unwrap(),
+            object["kind"].as_str().unwrap(),
+        );
+        let row = table.find_api_version(api_version, kind).unwrap().clone();
+        let (group, version) = modelgate::admission::split_api_version(api_version);
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default");
+        let label = format!("{file}: {kind} {}", object["metadata"]["name"]);
+        let mut stored = object.clone();
+        stored["metadata"]["namespace"] = json!(namespace);
+        stored["metadata"]["uid"] = json!("3f8e7c1a-0000-4000-8000-000000000001");
+        stored["metadata"]["resourceVersion"] = json!("1000");
+        stored["metadata"]["generation"] = json!(1);
+        let bookkeeping = |o: &mut Value| {
+            o["metadata"]["resourceVersion"] = json!("1001");
+            o["metadata"]["generation"] = json!(2);
+        };
+        let mut changed = stored.clone();
+        bookkeeping(&mut changed);
+        change_last_template(&mut changed, &row);
+        let mut relabelled = stored.clone();
+        bookkeeping(&mut relabelled);
+        relabelled["metadata"]["labels"]["team"] = json!("b");
+        for (operation, what, new, old, must_be_called) in [
+            ("CREATE", "created", &object, Value::Null, true),
+            (
+                "UPDATE",
+                "a template changed",
+                &changed,
+                stored.clone(),
+                true,
+            ),
+            ("UPDATE", "relabelled", &relabelled, stored.clone(), false),
+        ] {
+            let mut new = new.clone();
+            new["metadata"]["namespace"] = json!(namespace);
+            let request = json!({
+                "object": new,
+                "oldObject": old,
+                "request": {
+                    "kind": {"group": group, "version": version, "kind": kind},
+                    "resource": {"group": group, "version": version, "resource": row.plural},
+                    "namespace": namespace,
+                    "name": new["metadata"]["name"],
+                    "operation": operation,
+                    "userInfo": {"username": "kubernetes-admin", "groups": ["system:authenticated"]},
+                },
+            });
+            let called = is_called(&conditions, &request);
+            assert_eq!(called, must_be_called, "{label}, {what}");
+            let text = new.to_string();
+            let templates: Vec<Value> = modelgate::admission::templates_of(&row, &text)
+                .unwrap()
+                .into_iter()
+                .map(|t| {
+                    let found = new.pointer(&t.pointer).unwrap().clone();
+                    let template = match t.shape {
+                        modelgate::admission::Shape::PodTemplateSpec => found,
+                        _ => json!({"spec": found}),
+                    };
+                    json!({"path": t.path, "template": template,
+                        "partial": t.completeness == modelgate::admission::Completeness::Partial})
+                })
+                .collect();
+            out.push(json!({
+                "label": format!("{label}, {what}"),
+                "kind": {"Group": group, "Version": version, "Kind": kind, "Resource": row.plural},
+                "operation": operation,
+                "object": new,
+                "oldObject": old,
+                "namespace": namespace,
+                "called": called,
+                "templates": templates,
+            }));
+        }
+    }
+    out
+}

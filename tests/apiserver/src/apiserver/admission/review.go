@@ -62,8 +62,22 @@ var (
 // same, name empty for a generateName object, dryRun false, CreateOptions. It returns the uid
 // the answer must echo.
 func NewReview(kind Kind, obj object.Object, namespace string, user User) (string, object.Object) {
+	return newReview(kind, "CREATE", obj, nil, namespace, user)
+}
+
+// NewUpdateReview is CreateV1AdmissionReview for an UPDATE of old to obj: oldObject set,
+// UpdateOptions, the rest as NewReview.
+func NewUpdateReview(kind Kind, obj, old object.Object, namespace string, user User) (string, object.Object) {
+	return newReview(kind, "UPDATE", obj, old, namespace, user)
+}
+
+func newReview(kind Kind, operation string, obj, old object.Object, namespace string, user User) (string, object.Object) {
 	uid := NewUID()
-	options := object.Object{"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+	optionsKind := "CreateOptions"
+	if operation == "UPDATE" {
+		optionsKind = "UpdateOptions"
+	}
+	options := object.Object{"apiVersion": "meta.k8s.io/v1", "kind": optionsKind}
 	if user.FieldManager != "" {
 		options["fieldManager"] = user.FieldManager
 		options["fieldValidation"] = "Strict"
@@ -81,12 +95,15 @@ func NewReview(kind Kind, obj object.Object, namespace string, user User) (strin
 		"requestKind":     gvk,
 		"requestResource": gvr,
 		"namespace":       namespace,
-		"operation":       "CREATE",
+		"operation":       operation,
 		"userInfo":        object.Object{"username": user.Username, "uid": NewUID(), "groups": groups},
 		"object":          obj,
 		"oldObject":       nil,
 		"dryRun":          false,
 		"options":         options,
+	}
+	if old != nil {
+		request["oldObject"] = old
 	}
 	if name := object.Str(object.Get(obj, "metadata", "name")); name != "" {
 		request["name"] = name

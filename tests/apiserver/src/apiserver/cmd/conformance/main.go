@@ -1,7 +1,8 @@
 // Command conformance calls modelgate as kube-apiserver does, with kube-apiserver's own
 // client-side behaviour rebuilt in Go (see the packages it imports), and checks that every
 // Pod and Job, from the shared corpus, the examples and generated cache hits, comes out of
-// the API server's admission chain admitted, valid and without a second webhook round. Then,
+// the API server's admission chain admitted, valid and without a second webhook round; the ML
+// custom resources (mlkinds.go) judged as the pods their controllers would make. Then,
 // modelgate stopped, the outage with the backstop installed (outage.go).
 //
 //	conformance -modelgate target/debug/modelgate -corpus ../shared/corpus -examples examples -out DIR
@@ -25,14 +26,15 @@ func main() {
 	out := flag.String("out", "target/apiserver/conformance", "where to write the objects as stored (final/) and as first seen (input/)")
 	verbose := flag.Bool("v", false, "print each object's decision")
 	verdicts := flag.String("backstop-verdicts", "target/apiserver/backstop-outage.json", "the backstop's verdicts on the same objects (written by cargo test --test backstop)")
+	mlRequests := flag.String("ml-kinds-requests", "target/apiserver/ml-kinds-requests.json", "the ML custom resources' requests and matchConditions verdicts (written by cargo test --test ml_kinds)")
 	flag.Parse()
-	if err := run(*bin, *corpus, *examples, *out, *verdicts, *verbose); err != nil {
+	if err := run(*bin, *corpus, *examples, *out, *verdicts, *mlRequests, *verbose); err != nil {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(2)
 	}
 }
 
-func run(bin, corpus, examples, out, verdicts string, verbose bool) error {
+func run(bin, corpus, examples, out, verdicts, mlRequests string, verbose bool) error {
 	for _, d := range []string{"final", "input"} {
 		if err := os.RemoveAll(filepath.Join(out, d)); err != nil {
 			return err
@@ -70,8 +72,14 @@ func run(bin, corpus, examples, out, verdicts string, verbose bool) error {
 			h.jobPods(c, o)
 		}
 	}
+	ml, err := h.mlKinds(mlRequests)
 	srv.stop()
+	if err != nil {
+		return err
+	}
 	rep.print(os.Stdout)
+	fmt.Printf("\nML custom resources (validate-controllers.modelgate.io): %d requests, %d kept out by the matchConditions, %d sent (%d refused); %d pods of their complete templates through the admission chain\n",
+		ml.requests, ml.keptOut, ml.sent, ml.refused, ml.pods)
 	outageFailures, created, refused, err := outage(srv.URL, srv.CAPEM, verdicts)
 	if err != nil {
 		return err

@@ -18,6 +18,9 @@ var failureKinds = []struct{ kind, meaning string }{
 	{"qos", "a Guaranteed pod is no longer Guaranteed after the patch"},
 	{"job-pod-decision", "the Pod the Job controller makes got another decision than its Job"},
 	{"job-pod-patched", "the Pod of a patched Job was patched again"},
+	{"ml-kept-out", "the matchConditions kept the CREATE of an ML custom resource out of modelgate"},
+	{"ml-refused", "an ML custom resource was refused although every pod of its templates would be admitted"},
+	{"ml-admitted", "an ML custom resource was admitted although the pod of a complete template would be refused"},
 }
 
 type report struct {

@@ -4,7 +4,7 @@
 //! attack: the API server speaks HTTP/1.1 only to webhooks), then checks:
 //!
 //! - the well-behaved client got every answer, each identical to the answer before the attack
-//!   (its uid aside), with p99 latency under one second;
+//!   (its uid aside), with p99 latency under half the chart's webhook timeout;
 //! - the peak RSS of `serve` (VmHWM in /proc) stayed under 200 MiB;
 //! - `serve` is ready afterwards and serves a new connection;
 //! - the limit that stops the attack was counted (`modelgate_connections_dropped_total` or
@@ -37,7 +37,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 const MAX_RSS_KIB: u64 = 200 * 1024;
-const MAX_P99: Duration = Duration::from_secs(1);
+/// Half the chart's webhook `timeoutSeconds` (5 s): an answer this late still reaches the API
+/// server with room to spare on a loaded 2-core machine, while a starved client, waiting out
+/// the whole attack, is far beyond it.
+const MAX_P99: Duration = Duration::from_millis(2500);
 /// How long each attack keeps going.
 const ATTACK: Duration = Duration::from_secs(3);
 /// The well-behaved client's requests in flight, one per HTTP/1.1 connection.

@@ -1019,3 +1019,92 @@ async fn the_fake_refuses_reports_as_the_api_server_does() {
         "the plain 404 of an unknown group"
     );
 }
+
+/// Benchmark, not run by the test command (docs/benchmarks.md, "Audit at scale"):
+/// `audit --from-cluster --write-reports` of the binary this test was built with, against the
+/// fake API server holding `MODELGATE_BENCH_WORKLOADS` workloads (default 100 000: Pods,
+/// Deployments and Jobs in 50 namespaces, one in ten running as root, the others as one of ten
+/// uids; or, with `MODELGATE_BENCH_DISTINCT=1`, each with its own uid and fsGroup, so that no
+/// two patches and few messages are the same). It prints the run's wall time, CPU and peak RSS (`/usr/bin/time`),
+/// which the chart's CronJob limits are set from.
+///
+/// ```text
+/// CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_TARGET_DIR=target/bench \
+///   cargo test --release --test audit_write_reports -- --ignored --nocapture write_reports_at_scale
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with --ignored on an optimised build"]
+async fn write_reports_at_scale() {
+    let n: usize = std::env::var("MODELGATE_BENCH_WORKLOADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let distinct = std::env::var("MODELGATE_BENCH_DISTINCT").is_ok_and(|v| v == "1");
+    let api = FakeApiServer::start(&[REPORTS]).await;
+    for i in 0..50 {
+        api.apply(
+            NAMESPACES,
+            json!({"metadata": {"name": format!("team-{i}")}}),
+        );
+    }
+    for i in 0..n {
+        let (plural, restart) = [
+            ("pods", "Always"),
+            ("deployments", "Always"),
+            ("jobs", "Never"),
+        ][i % 3];
+        let spec = json!({
+            "containers": [{"name": "server", "image": format!("registry.example/app:{}", i % 7),
+                "args": ["--port", "8080"], "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                "securityContext": {"runAsUser": match i {
+                    _ if i % 10 == 0 => 0,
+                    _ if distinct => 1000 + i,
+                    _ => 1000 + i % 10,
+                }}}],
+            "restartPolicy": restart,
+            "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "cache"}}],
+        });
+        let mut spec = spec;
+        if distinct {
+            // Its own fsGroup: the prep's command, and so the patch, differ from every other.
+            spec["securityContext"] = json!({"fsGroup": 2000 + i});
+        }
+        let metadata = json!({"name": format!("w-{i}"), "namespace": format!("team-{}", i % 50),
+            "labels": {"app": format!("w-{i}")}});
+        let object = if plural == "pods" {
+            json!({"metadata": metadata, "spec": spec})
+        } else {
+            json!({"metadata": metadata, "spec": {"template": {"metadata": {"labels": {"app": format!("w-{i}")}}, "spec": spec}}})
+        };
+        api.add_workload(plural, object);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut cmd = std::process::Command::new("/usr/bin/time");
+    cmd.args([
+        "-f",
+        "%e s wall, %U s user, %S s system, %M KiB peak RSS",
+        env!("CARGO_BIN_EXE_modelgate"),
+        "audit",
+        "--from-cluster",
+        "--write-reports",
+        "-o",
+        "json",
+    ])
+    .env("KUBECONFIG", &kubeconfig)
+    .stdout(std::process::Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let written = api.reports(REPORTS).len();
+    println!(
+        "{n} workloads: exit {:?}, {written} reports\n{}",
+        out.status.code(),
+        stderr.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(written, n);
+}

@@ -16,7 +16,8 @@ pub mod output;
 pub mod rules;
 pub mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -628,6 +629,27 @@ pub struct Report {
     /// Every object's results by rule, only when the policy reports need them.
     #[serde(skip)]
     pub workloads: Option<Vec<WorkloadResults>>,
+    /// The texts of the kept results, each held once.
+    #[serde(skip)]
+    texts: Texts,
+}
+
+/// Each distinct text of the kept results, held once: a cluster's workloads mostly repeat
+/// the same messages and patches (the same uid, fsGroup and prep for a namespace's
+/// Deployments), and `--write-reports` keeps every workload's results until the reports are
+/// written, so memory grows with the distinct texts, not with the workloads times their texts.
+#[derive(Clone, Debug, Default)]
+struct Texts(HashSet<Arc<str>>);
+
+impl Texts {
+    fn share(&mut self, text: &str) -> Arc<str> {
+        if let Some(held) = self.0.get(text) {
+            return held.clone();
+        }
+        let held: Arc<str> = Arc::from(text);
+        self.0.insert(held.clone());
+        held
+    }
 }
 
 /// The workload a policy report is about: its own apiVersion, kind, name and uid (a
@@ -641,11 +663,20 @@ pub struct Scope {
     pub uid: Option<String>,
 }
 
-/// One evaluated workload and its result for each rule.
+/// One evaluated workload and its result for each rule, as the policy reports need it.
 #[derive(Clone, Debug)]
 pub struct WorkloadResults {
     pub scope: Scope,
-    pub results: Vec<RuleResult>,
+    pub results: Vec<KeptResult>,
+}
+
+/// A [`RuleResult`] kept for a report, its texts shared with every equal one of the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptResult {
+    pub rule: Rule,
+    pub status: Status,
+    pub message: Arc<str>,
+    pub properties: Vec<(&'static str, Arc<str>)>,
 }
 
 impl Report {
@@ -685,7 +716,20 @@ impl Report {
                     name: target.name.clone(),
                     uid: target.uid.clone(),
                 },
-                results: e.results.clone(),
+                results: e
+                    .results
+                    .iter()
+                    .map(|r| KeptResult {
+                        rule: r.rule,
+                        status: r.status,
+                        message: self.texts.share(&r.message),
+                        properties: r
+                            .properties
+                            .iter()
+                            .map(|(&k, v)| (k, self.texts.share(v)))
+                            .collect(),
+                    })
+                    .collect(),
             });
         }
         self.objects += 1;

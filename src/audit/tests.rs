@@ -472,3 +472,56 @@ fn a_cluster_scoped_workload_is_counted_without_a_report() {
     assert_eq!(report.objects, 1);
     assert!(report.workloads.unwrap().is_empty());
 }
+
+/// The kept results of two workloads whose messages and patches are the same point at one copy
+/// of each text; a different text is its own.
+#[test]
+fn kept_results_hold_each_distinct_text_once() {
+    let deployment = |name: &str, fs_group: i64| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+            "spec": {"template": {"spec": {
+                "securityContext": {"runAsUser": 1000, "fsGroup": fs_group},
+                "containers": [{"name": "app", "image": "nginx"}],
+                "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "c"}}],
+            }}}
+        })
+    };
+    let none = Namespaces::default();
+    let mut report = Report::new("files", false).keeping_results();
+    for (name, fs_group) in [("a", 2000), ("b", 2000), ("c", 3000)] {
+        let t = target(deployment(name, fs_group));
+        let e = with_ctx(&none, |ctx| evaluate(&t, ctx));
+        report.add(&t, "f", e);
+    }
+    let kept = report.workloads.unwrap();
+    let non_root = |w: &WorkloadResults| {
+        w.results
+            .iter()
+            .find(|r| r.rule == Rule::NonRoot)
+            .unwrap()
+            .clone()
+    };
+    let (a, b, c) = (non_root(&kept[0]), non_root(&kept[1]), non_root(&kept[2]));
+    assert_eq!(a.status, Status::Warn);
+    let patch = |r: &KeptResult| {
+        r.properties
+            .iter()
+            .find(|(k, _)| *k == rules::PATCH)
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert!(Arc::ptr_eq(&a.message, &b.message), "{}", a.message);
+    assert!(Arc::ptr_eq(&patch(&a), &patch(&b)));
+    assert!(!Arc::ptr_eq(&patch(&a), &patch(&c)), "{}", patch(&c));
+    assert_ne!(patch(&a), patch(&c));
+    // The rules a patch concerns share it within a workload too.
+    let prep = kept[0]
+        .results
+        .iter()
+        .find(|r| r.rule == Rule::CachePrep)
+        .unwrap();
+    assert!(Arc::ptr_eq(&patch(&a), &patch(prep)));
+}

@@ -232,9 +232,14 @@ pub fn report(api: ReportApi, w: &WorkloadResults, at: Timestamp) -> Value {
             result.insert("rule".into(), json!(r.rule.as_str()));
             result.insert("result".into(), json!(r.status.as_str()));
             result.insert("severity".into(), json!(rules::severity(r.rule)));
-            result.insert("message".into(), json!(r.message));
+            result.insert("message".into(), json!(&*r.message));
             if !r.properties.is_empty() {
-                result.insert("properties".into(), json!(r.properties));
+                let properties: Map<String, Value> = r
+                    .properties
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), json!(&**v)))
+                    .collect();
+                result.insert("properties".into(), Value::Object(properties));
             }
             result.insert("scored".into(), json!(true));
             result.insert("source".into(), json!(SOURCE));

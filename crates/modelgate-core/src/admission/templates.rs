@@ -523,22 +523,37 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
 }
 
 /// The template with the mutation applied: the patch names fields from the object's root, so
-/// each operation is moved under the template's own pointer first.
+/// each operation is moved under the template's own pointer first (on the decoded operations:
+/// no tree of them is built).
 fn apply_to_template(at: &FieldPath, raw: &RawValue, patch: &Patch) -> Option<Box<RawValue>> {
+    use json_patch::PatchOperation as Op;
+    use json_patch::jsonptr::PointerBuf;
     let prefix = at.pointer();
-    let mut operations = serde_json::to_value(patch.try_operations().ok()?).ok()?;
-    for op in operations.as_array_mut()? {
-        for key in ["path", "from"] {
-            if let Some(pointer) = op.get_mut(key) {
-                let inner = pointer.as_str()?.strip_prefix(prefix.as_str())?;
-                if !(inner.is_empty() || inner.starts_with('/')) {
-                    return None;
-                }
-                *pointer = serde_json::Value::String(inner.to_string());
+    let under = |pointer: &mut PointerBuf| -> Option<()> {
+        let inner = pointer.as_str().strip_prefix(prefix.as_str())?;
+        if !(inner.is_empty() || inner.starts_with('/')) {
+            return None;
+        }
+        *pointer = PointerBuf::parse(inner).ok()?;
+        Some(())
+    };
+    let mut operations = patch.try_operations().ok()?;
+    for op in operations.0.iter_mut() {
+        match op {
+            Op::Add(o) => under(&mut o.path)?,
+            Op::Remove(o) => under(&mut o.path)?,
+            Op::Replace(o) => under(&mut o.path)?,
+            Op::Test(o) => under(&mut o.path)?,
+            Op::Move(o) => {
+                under(&mut o.from)?;
+                under(&mut o.path)?
+            }
+            Op::Copy(o) => {
+                under(&mut o.from)?;
+                under(&mut o.path)?
             }
         }
     }
-    let operations: json_patch::Patch = serde_json::from_value(operations).ok()?;
     let mut template: serde_json::Value = serde_json::from_str(raw.get()).ok()?;
     json_patch::patch(&mut template, &operations).ok()?;
     serde_json::value::to_raw_value(&template).ok()

@@ -896,6 +896,9 @@ struct Refusal {
     /// The rest of the body will not be read: an HTTP/1.1 connection is closed after the
     /// answer (`Connection: close`); an HTTP/2 stream is reset after it.
     close: bool,
+    /// The rest of a body refused for what it would cost to hold, to be read and dropped
+    /// before an HTTP/1.1 connection is closed ([`drain_refused_body`]).
+    unread: Option<Limited<axum::body::Body>>,
 }
 
 impl Refusal {
@@ -911,6 +914,7 @@ impl Refusal {
             status_reason,
             message,
             close: false,
+            unread: None,
         }
     }
 }
@@ -1080,7 +1084,7 @@ async fn read_body<'s>(
                             let capacity =
                                 body::grown_capacity(joined.capacity(), needed, expected);
                             if !held.grow((capacity - joined.capacity()) as u64) {
-                                return Err(budget_exhausted(state, received, declared));
+                                return Err(budget_exhausted(state, received, declared, body));
                             }
                             joined.reserve_exact(capacity - joined.len());
                         }
@@ -1141,9 +1145,15 @@ fn too_many(message: String) -> Refusal {
 }
 
 /// 503 for a body that does not fit in what is left of `--max-buffered-body-bytes`.
-fn budget_exhausted(state: &AppState, received: u64, declared: Option<u64>) -> Refusal {
+fn budget_exhausted(
+    state: &AppState,
+    received: u64,
+    declared: Option<u64>,
+    rest: Limited<axum::body::Body>,
+) -> Refusal {
     Refusal {
         close: true,
+        unread: Some(rest),
         ..Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "body_budget_exhausted",
@@ -1156,6 +1166,21 @@ fn budget_exhausted(state: &AppState, received: u64, declared: Option<u64>) -> R
             ),
         )
     }
+}
+
+/// How long the rest of a body refused for lack of buffer memory is read after the answer.
+const DRAIN_REFUSED_BODY: Duration = Duration::from_secs(1);
+
+/// Reads and drops the rest of a refused body, for at most [`DRAIN_REFUSED_BODY`] and
+/// `--max-body-bytes`, before the HTTP/1.1 connection is closed: a client that writes its whole
+/// body before it reads (kube-apiserver's) then reads the 503 and its `Retry-After`, which it
+/// retries, where closing with the body unread would reset the connection under its write (a
+/// transport error, never retried). Each part is dropped as it comes: no memory is held.
+async fn drain_refused_body(mut rest: Limited<axum::body::Body>) {
+    let _ = tokio::time::timeout(DRAIN_REFUSED_BODY, async {
+        while let Some(Ok(_)) = rest.frame().await {}
+    })
+    .await;
 }
 
 /// The most bytes of a request-derived string a log line copies (SPEC.md §7): a 100 KB uid or
@@ -1234,6 +1259,9 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, CONNECTION_CLOSE);
+                if let Some(rest) = r.unread {
+                    tokio::spawn(drain_refused_body(rest));
+                }
             }
             return response;
         }

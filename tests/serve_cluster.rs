@@ -8,7 +8,6 @@
 mod common;
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -119,22 +118,10 @@ async fn serve_against(
 ) -> ServerProcess {
     let kubeconfig = pki.dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
-    let mut cmd = Command::new(bin());
-    cmd.arg("serve")
-        .args([
-            "--listen=127.0.0.1:0",
-            "--probe-listen=127.0.0.1:0",
-            "--log-format=json",
-        ])
-        .args(args)
-        .args(pki.tls_args())
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.extend(pki.tls_args());
+    let mut cmd = serve_command_against(&kubeconfig, &all);
+    cmd.envs(env.iter().copied());
     tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
         .await
         .unwrap()

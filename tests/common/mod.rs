@@ -125,22 +125,37 @@ pub struct ServerProcess {
     pub stdout: Option<ChildStdout>,
 }
 
-/// The binary with `args` after `serve`, logging JSON, on ephemeral ports, with no cluster to
-/// watch (tests/cache_watch.rs covers the watch against a fake API server).
-pub fn serve_command(args: &[String]) -> Command {
+/// `modelgate serve` logging JSON at `info`, on ephemeral ports, its output piped.
+fn serve_base() -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("serve")
         .args([
             "--listen=127.0.0.1:0",
             "--probe-listen=127.0.0.1:0",
             "--log-format=json",
-            "--no-cluster",
         ])
-        .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    cmd
+}
+
+/// The binary with `args` after `serve`, logging JSON, on ephemeral ports, with no cluster to
+/// watch (tests/cache_watch.rs covers the watch against a fake API server).
+pub fn serve_command(args: &[String]) -> Command {
+    let mut cmd = serve_base();
+    cmd.arg("--no-cluster").args(args);
+    cmd
+}
+
+/// [`serve_command`] watching the cluster that `kubeconfig` points at (a fake API server's),
+/// never the one of the machine's environment.
+pub fn serve_command_against(kubeconfig: &std::path::Path, args: &[String]) -> Command {
+    let mut cmd = serve_base();
+    cmd.args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST");
     cmd
 }
 

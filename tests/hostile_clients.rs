@@ -25,9 +25,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::admissions::*;
 use common::*;
 use hyper::StatusCode;
 use modelgate::server::limits::DEFAULT_MAX_CONNECTIONS;
@@ -45,6 +46,8 @@ const MAX_P99: Duration = Duration::from_millis(2500);
 const ATTACK: Duration = Duration::from_secs(3);
 /// The well-behaved client's requests in flight, one per HTTP/1.1 connection.
 const LEGIT_IN_FLIGHT: usize = 4;
+/// Its `?timeout=`, and how long it waits for an answer.
+const LEGIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -213,137 +216,6 @@ async fn metrics_until(
 // ---------------------------------------------------------------------------------------------
 // The harness
 
-/// The review the well-behaved client sends: an LLM serving pod.
-fn llm_review() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/reviews/llm-serving-pod.json"
-    );
-    serde_json::from_slice(&std::fs::read(path).expect("read the LLM pod review")).unwrap()
-}
-
-fn with_uid(review: &Value, uid: &str) -> Value {
-    let mut r = review.clone();
-    r["request"]["uid"] = uid.into();
-    r
-}
-
-#[derive(Default)]
-struct LegitReport {
-    latencies: Vec<Duration>,
-    failures: Vec<String>,
-}
-
-impl LegitReport {
-    fn p99(&self) -> Duration {
-        let mut l = self.latencies.clone();
-        l.sort();
-        l.get((l.len() * 99).div_ceil(100).saturating_sub(1))
-            .copied()
-            .unwrap_or_default()
-    }
-}
-
-/// The well-behaved client, on its own thread and runtime so that the attack's tasks in this
-/// process cannot delay it: [`LEGIT_IN_FLIGHT`] kept-alive HTTP/1.1 connections with one request
-/// at a time on each (no pipelining), as kube-apiserver calls webhooks; each answer compared with
-/// `expected` (the answer before the attack, uid aside).
-struct Legit {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<LegitReport>,
-}
-
-impl Legit {
-    fn start(addr: SocketAddr, ca: String, expected: Value) -> Legit {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let stop_flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let review = llm_review();
-                let mut conns = Vec::new();
-                for _ in 0..LEGIT_IN_FLIGHT {
-                    conns.push(
-                        connect(addr, client_config(&ca, Proto::H1, None), Proto::H1)
-                            .await
-                            .expect("the well-behaved client connects"),
-                    );
-                }
-                let counter = Arc::new(AtomicU64::new(0));
-                let _ = ready_tx.send(());
-                let mut workers = Vec::new();
-                for mut conn in conns {
-                    let (stop, counter) = (stop_flag.clone(), counter.clone());
-                    let (review, expected) = (review.clone(), expected.clone());
-                    workers.push(tokio::spawn(async move {
-                        let mut report = LegitReport::default();
-                        while !stop.load(Ordering::Relaxed) {
-                            let uid = format!("legit-{}", counter.fetch_add(1, Ordering::Relaxed));
-                            let body = serde_json::to_vec(&with_uid(&review, &uid)).unwrap();
-                            let started = Instant::now();
-                            let result = conn
-                                .post_json("/mutate?timeout=10s", body)
-                                .await
-                                .map(|a| (a.status, a.body));
-                            report.latencies.push(started.elapsed());
-                            match result {
-                                Ok((StatusCode::OK, body)) => {
-                                    let got: Value =
-                                        serde_json::from_slice(&body).unwrap_or_default();
-                                    if got != with_response_uid(&expected, &uid) {
-                                        report.failures.push(format!("{uid}: wrong answer {got}"));
-                                    }
-                                }
-                                Ok((status, body)) => report.failures.push(format!(
-                                    "{uid}: HTTP {status}: {}",
-                                    String::from_utf8_lossy(&body)
-                                )),
-                                Err(e) => report.failures.push(format!("{uid}: {e}")),
-                            }
-                        }
-                        report
-                    }));
-                }
-                let mut all = LegitReport::default();
-                for w in workers {
-                    let r = w.await.expect("worker");
-                    all.latencies.extend(r.latencies);
-                    all.failures.extend(r.failures);
-                }
-                all
-            })
-        });
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the well-behaved client is connected");
-        Legit { stop, thread }
-    }
-
-    fn finish(self) -> LegitReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("well-behaved client thread")
-    }
-}
-
-fn with_response_uid(answer: &Value, uid: &str) -> Value {
-    let mut a = answer.clone();
-    a["response"]["uid"] = uid.into();
-    a
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} not in /proc/{pid}/status"))
-}
-
 /// The value of one sample line (`name{labels}`) of the exposition, 0 when absent.
 fn sample(metrics: &str, series: &str) -> f64 {
     metrics
@@ -431,7 +303,13 @@ where
     );
     drop(probe);
 
-    let legit = Legit::start(server.webhook, ca.clone(), expected.clone());
+    let legit = ApiServerClient::start(
+        server.webhook,
+        ca.clone(),
+        expected.clone(),
+        LEGIT_IN_FLIGHT,
+        LEGIT_TIMEOUT,
+    );
     let started = Instant::now();
     let target = Target {
         addr: server.webhook,

@@ -13,10 +13,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::admissions::*;
 use common::*;
 use hyper::StatusCode;
 use serde_json::Value;
@@ -35,35 +35,6 @@ const TRICKLE_DECLARED: usize = 100_000;
 const TRICKLE_FIRST: usize = 1024;
 const TRICKLE_EVERY: Duration = Duration::from_millis(1500);
 
-fn llm_review() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/reviews/llm-serving-pod.json"
-    );
-    serde_json::from_slice(&std::fs::read(path).expect("read the LLM pod review")).unwrap()
-}
-
-fn with_uid(review: &Value, uid: &str) -> Value {
-    let mut r = review.clone();
-    r["request"]["uid"] = uid.into();
-    r
-}
-
-fn with_response_uid(answer: &Value, uid: &str) -> Value {
-    let mut a = answer.clone();
-    a["response"]["uid"] = uid.into();
-    a
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} not in /proc/{pid}/status"))
-}
-
 /// The value of one sample line (`name{labels}`) of the exposition, 0 when absent.
 fn sample(metrics: &str, series: &str) -> f64 {
     metrics
@@ -77,14 +48,6 @@ fn admission_error(metrics: &str, reason: &str) -> f64 {
         metrics,
         &format!("modelgate_admission_errors_total{{reason=\"{reason}\"}}"),
     )
-}
-
-fn p99(latencies: &[Duration]) -> Duration {
-    let mut l = latencies.to_vec();
-    l.sort();
-    l.get((l.len() * 99).div_ceil(100).saturating_sub(1))
-        .copied()
-        .unwrap_or_default()
 }
 
 /// A raw HTTP/1.1 request head for `/mutate` declaring `len` body bytes.
@@ -234,96 +197,6 @@ async fn trickle_h2(
     }
 }
 
-/// The API server's client: `conns` kept-alive HTTP/1.1 connections, one admission at a time
-/// on each, on a thread and runtime of its own (the tricklers in this process cannot delay
-/// it); each answer compared with `expected`.
-struct ApiServer {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<(Vec<Duration>, Vec<String>)>,
-}
-
-impl ApiServer {
-    fn start(addr: SocketAddr, ca: String, expected: Value, conns: usize) -> ApiServer {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let stop_flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let review = llm_review();
-                let mut pool = Vec::new();
-                for _ in 0..conns {
-                    pool.push(
-                        connect(addr, client_config(&ca, Proto::H1, None), Proto::H1)
-                            .await
-                            .expect("the API server's client connects"),
-                    );
-                }
-                let counter = Arc::new(AtomicU64::new(0));
-                let _ = ready_tx.send(());
-                let mut workers = Vec::new();
-                for mut conn in pool {
-                    let (stop, counter) = (stop_flag.clone(), counter.clone());
-                    let (review, expected) = (review.clone(), expected.clone());
-                    workers.push(tokio::spawn(async move {
-                        let (mut latencies, mut failures) = (Vec::new(), Vec::new());
-                        while !stop.load(Ordering::Relaxed) {
-                            let uid = format!("api-{}", counter.fetch_add(1, Ordering::Relaxed));
-                            let body = serde_json::to_vec(&with_uid(&review, &uid)).unwrap();
-                            let started = Instant::now();
-                            let result = tokio::time::timeout(
-                                WEBHOOK_TIMEOUT,
-                                conn.post_json("/mutate?timeout=5s", body),
-                            )
-                            .await;
-                            latencies.push(started.elapsed());
-                            match result {
-                                Ok(Ok(a)) if a.status == StatusCode::OK => {
-                                    if a.json() != with_response_uid(&expected, &uid) {
-                                        failures.push(format!("{uid}: wrong answer"));
-                                    }
-                                }
-                                Ok(Ok(a)) => failures.push(format!(
-                                    "{uid}: HTTP {}: {}",
-                                    a.status,
-                                    String::from_utf8_lossy(&a.body)
-                                )),
-                                Ok(Err(e)) => failures.push(format!("{uid}: {e}")),
-                                Err(_) => {
-                                    failures
-                                        .push(format!("{uid}: no answer in {WEBHOOK_TIMEOUT:?}"));
-                                    break;
-                                }
-                            }
-                        }
-                        (latencies, failures)
-                    }));
-                }
-                let (mut latencies, mut failures) = (Vec::new(), Vec::new());
-                for w in workers {
-                    let (l, f) = w.await.expect("worker");
-                    latencies.extend(l);
-                    failures.extend(f);
-                }
-                (latencies, failures)
-            })
-        });
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the API server's client is connected");
-        ApiServer { stop, thread }
-    }
-
-    fn run_for(self, time: Duration) -> (Vec<Duration>, Vec<String>) {
-        std::thread::sleep(time);
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("API server client thread")
-    }
-}
-
 /// The reference answer to the LLM pod review (uid `reference`).
 async fn reference_answer(addr: SocketAddr, ca: &str) -> Value {
     let mut conn = connect(addr, client_config(ca, Proto::H1, None), Proto::H1)
@@ -355,10 +228,21 @@ async fn hundreds_of_trickling_bodies_do_not_delay_the_api_servers_admissions() 
     let expected = reference_answer(server.webhook, &ca).await;
 
     // Unloaded.
-    let (unloaded, failures) = ApiServer::start(server.webhook, ca.clone(), expected.clone(), 4)
-        .run_for(Duration::from_secs(2));
-    assert!(failures.is_empty(), "unloaded: {failures:?}");
-    let unloaded_p99 = p99(&unloaded);
+    let unloaded = ApiServerClient::start(
+        server.webhook,
+        ca.clone(),
+        expected.clone(),
+        4,
+        WEBHOOK_TIMEOUT,
+    )
+    .run_for(Duration::from_secs(2));
+    assert!(
+        unloaded.failures.is_empty(),
+        "unloaded: {:?}",
+        unloaded.failures
+    );
+    let unloaded_p99 = unloaded.p99();
+    let unloaded = unloaded.latencies;
 
     // The attack: tricklers start over as soon as they are cut, until it ends.
     let h1 = client_config(&ca, Proto::H1, None);
@@ -412,9 +296,15 @@ async fn hundreds_of_trickling_bodies_do_not_delay_the_api_servers_admissions() 
     }
     // Let every trickler hold its request before the API server's client starts.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let api = ApiServer::start(server.webhook, ca.clone(), expected.clone(), 4);
+    let api = ApiServerClient::start(
+        server.webhook,
+        ca.clone(),
+        expected.clone(),
+        4,
+        WEBHOOK_TIMEOUT,
+    );
     let left = end.saturating_duration_since(Instant::now());
-    let (loaded, failures) = tokio::task::spawn_blocking(move || api.run_for(left))
+    let loaded = tokio::task::spawn_blocking(move || api.run_for(left))
         .await
         .unwrap();
     let (mut cut_at, mut other, mut h2_served) = (Vec::new(), Vec::new(), 0);
@@ -431,7 +321,11 @@ async fn hundreds_of_trickling_bodies_do_not_delay_the_api_servers_admissions() 
     let peak_rss_kib = status_kib(server.child.id(), "VmHWM:");
     let (_, metrics) = server.probe_get("/metrics").await.unwrap();
     cut_at.sort();
-    let loaded_p99 = p99(&loaded);
+    let loaded_p99 = loaded.p99();
+    let ClientReport {
+        latencies: loaded,
+        failures,
+    } = loaded;
     println!(
         "unloaded: {} admissions, p99 {unloaded_p99:?}; with {} trickling requests at once \
          ({H1_TRICKLERS} HTTP/1.1, {H2_CONNECTIONS}×{H2_STREAMS} HTTP/2): {} admissions, {} failed, \

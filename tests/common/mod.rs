@@ -25,12 +25,23 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+pub mod admissions;
 #[path = "required.rs"]
 mod required;
 #[allow(unused_imports)] // Not every test crate that includes this module needs it.
 pub use required::missing;
 
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+/// A field of `/proc/PID/status` in KiB (`VmHWM:` the peak RSS, `VmRSS:` the current one).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} not in /proc/{pid}/status"))
+}
 
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()

@@ -78,14 +78,15 @@ pub fn decode_text(bytes: Vec<u8>) -> Result<String, String> {
             .collect();
         String::from_utf16(&units).map_err(|e| format!("not valid UTF-16: {e}"))
     };
+    let mut bytes = bytes;
     match bytes.as_slice() {
-        [0xEF, 0xBB, 0xBF, rest @ ..] => {
-            String::from_utf8(rest.to_vec()).map_err(|e| format!("not valid UTF-8: {e}"))
-        }
-        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes),
-        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes),
-        _ => String::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}")),
+        [0xFF, 0xFE, rest @ ..] => return utf16(rest, u16::from_le_bytes),
+        [0xFE, 0xFF, rest @ ..] => return utf16(rest, u16::from_be_bytes),
+        // Dropped in place: the file is not copied.
+        [0xEF, 0xBB, 0xBF, ..] => drop(bytes.drain(..3)),
+        _ => {}
     }
+    String::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}"))
 }
 
 /// Parses `text` (named `origin` in errors) into its objects, in order. Empty documents are

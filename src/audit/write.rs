@@ -90,7 +90,10 @@ pub async fn write_reports(
         .collect();
     // Every report this run stands for, applied or refused: a refused apply leaves the old
     // report of a workload that still exists, which is no reason to delete it.
-    let names: HashSet<(String, String)> = targets.iter().cloned().collect();
+    let names: HashSet<(&str, &str)> = targets
+        .iter()
+        .map(|(namespace, name)| (namespace.as_str(), name.as_str()))
+        .collect();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let apply = |(w, (namespace, name)): (&WorkloadResults, &(String, String))| {
         let report = reports::report(api, w, at);
@@ -144,7 +147,7 @@ fn is_not_served(e: &kube::Error) -> bool {
 async fn prune(
     client: &kube::Client,
     ar: &ApiResource,
-    keep: &HashSet<(String, String)>,
+    keep: &HashSet<(&str, &str)>,
     namespaces: &[String],
     page_size: u32,
     written: &mut Written,
@@ -183,7 +186,7 @@ async fn prune(
                     continue;
                 }
                 let key = (item.metadata.namespace.unwrap_or_default(), name);
-                if !keep.contains(&key) {
+                if !keep.contains(&(key.0.as_str(), key.1.as_str())) {
                     let listed = Preconditions {
                         uid: item.metadata.uid,
                         resource_version: item.metadata.resource_version,

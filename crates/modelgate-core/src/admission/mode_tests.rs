@@ -783,3 +783,42 @@ fn a_schema_denial_does_not_quote_the_request_whole() {
     );
     assert!(message.len() < 1024, "{} bytes", message.len());
 }
+
+/// A model URI with a `..` segment matches a cache by its prefix, but the mount's `subPath`
+/// would carry the `..` and the API server would refuse the pod: it is a miss, not a hit, and
+/// the warning says why.
+#[test]
+fn a_model_uri_with_a_dot_dot_segment_is_a_miss_not_a_mount() {
+    let mut object = to_patch();
+    object["metadata"]["annotations"] =
+        json!({"modelgate.io/model-uri": "hf://org/m/../../secrets"});
+    let mut index = CacheIndex::new();
+    index.upsert_cache(CacheEntry::new(
+        CacheScope::Cluster,
+        "m",
+        "hf://org/m",
+        &["g"],
+    ));
+    let a = run_in(
+        Webhook::Mutate,
+        "ns-enforce",
+        object.clone(),
+        &PolicyConfig::default(),
+        &namespaces(),
+        &index,
+    );
+    assert!(a.allowed());
+    let patched = testing::apply(&object, a.patch.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        patched["metadata"]["annotations"]["modelgate.io/model-cache-reason"],
+        "uri-not-normal"
+    );
+    assert!(!patched.to_string().contains("subPath"), "{patched}");
+    assert_eq!(
+        a.warnings(),
+        [
+            "uri-not-normal: the model URI hf://org/m/../../secrets has an empty, '.' or '..' path \
+          segment (or an encoded '/'): not looked up"
+        ]
+    );
+}

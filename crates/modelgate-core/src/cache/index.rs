@@ -275,10 +275,11 @@ pub enum MissReason {
     NotDownloaded,
     NotSynced,
     UriTooLong,
+    UriNotNormal,
 }
 
 impl MissReason {
-    pub const ALL: [MissReason; 8] = [
+    pub const ALL: [MissReason; 9] = [
         MissReason::NoMatch,
         MissReason::OptedOut,
         MissReason::KserveManaged,
@@ -287,6 +288,7 @@ impl MissReason {
         MissReason::NotDownloaded,
         MissReason::NotSynced,
         MissReason::UriTooLong,
+        MissReason::UriNotNormal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -299,7 +301,48 @@ impl MissReason {
             MissReason::NotDownloaded => "not-downloaded",
             MissReason::NotSynced => "not-synced",
             MissReason::UriTooLong => "uri-too-long",
+            MissReason::UriNotNormal => "uri-not-normal",
         }
+    }
+}
+
+/// Whether a model URI's path has no empty, `.` or `..` segment, also percent-encoded (`%2e`,
+/// `%2E`), and no encoded `/` (`%2f`, `%2F`): the mount's `subPath` is built from the URI, and
+/// the API server refuses a `subPath` with `..`. One trailing `/` is allowed (matching strips
+/// it); the scheme's `//` and the authority are not part of the path.
+pub(crate) fn is_normal_uri(uri: &str) -> bool {
+    let uri = uri.strip_suffix('/').unwrap_or(uri);
+    let path = match uri.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map_or("", |(_, path)| path),
+        None => uri,
+    };
+    if path.is_empty() {
+        return true;
+    }
+    path.split('/').all(|segment| {
+        let bytes = segment.as_bytes();
+        let encoded_slash = bytes
+            .windows(3)
+            .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f'));
+        !segment.is_empty() && !is_dots(segment) && !encoded_slash
+    })
+}
+
+/// `.` or `..`, each dot written as `.` or percent-encoded (`%2e`, `%2E`).
+fn is_dots(segment: &str) -> bool {
+    let dot = |s: &str| -> Option<usize> {
+        if s.starts_with('.') {
+            Some(1)
+        } else if s.len() >= 3 && s[..3].eq_ignore_ascii_case("%2e") {
+            Some(3)
+        } else {
+            None
+        }
+    };
+    match dot(segment) {
+        Some(n) if n == segment.len() => true,
+        Some(n) => dot(&segment[n..]).is_some_and(|m| n + m == segment.len()),
+        None => false,
     }
 }
 
@@ -957,6 +1000,9 @@ impl CacheIndex {
     pub fn lookup(&self, req: &LookupRequest) -> Lookup {
         if req.model_uri.len() > MAX_MODEL_URI_LEN {
             return Lookup::Miss(Miss::because(MissReason::UriTooLong));
+        }
+        if !is_normal_uri(req.model_uri) {
+            return Lookup::Miss(Miss::because(MissReason::UriNotNormal));
         }
         let found = self
             .namespaces

@@ -124,6 +124,12 @@ pub(crate) fn apply(
                     m.reason,
                     model_uri.len()
                 )),
+                _ if m.reason == MissReason::UriNotNormal => change.warned(format!(
+                    "{}: the model URI {} has an empty, '.' or '..' path segment (or an encoded \
+                     '/'): not looked up",
+                    m.reason,
+                    super::shorten_uri(model_uri, super::MAX_WARNING_LEN.saturating_sub(120))
+                )),
                 _ => change,
             })
         }

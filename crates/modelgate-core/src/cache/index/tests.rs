@@ -132,8 +132,12 @@ fn only_prefixes_as_long_as_a_cache_uri_are_hashed() {
     // A prefix of a candidate length that is not a cache URI is hashed, and only it.
     let other = format!("hf://org/other{slashes}x");
     assert_eq!(probes(|| assert!(scope.find(&other).is_none())), 1);
-    // Through the lookup, both scopes, within the length limit.
-    let uri = format!("hf://org/llama{}", "/".repeat(MAX_MODEL_URI_LEN - 14));
+    // Through the lookup, both scopes, within the length limit (a normal URI: an empty
+    // segment is a miss before any lookup).
+    let uri = format!(
+        "hf://org/llama{}",
+        "/a".repeat((MAX_MODEL_URI_LEN - 14) / 2)
+    );
     assert_eq!(
         probes(|| assert!(idx.lookup(&req("team-a", &uri)).hit().is_some())),
         1
@@ -746,7 +750,8 @@ fn reasons_have_the_spec_labels() {
             "pvc-missing",
             "not-downloaded",
             "not-synced",
-            "uri-too-long"
+            "uri-too-long",
+            "uri-not-normal"
         ]
     );
     // The counters index by discriminant.
@@ -781,4 +786,47 @@ fn a_status_keeps_one_state_per_node_in_name_order() {
     assert_eq!(s.node("b"), Some(&NodeState::Downloaded));
     assert_eq!(s.node("z"), None);
     assert!(s.reported);
+}
+
+#[test]
+fn uris_with_dot_or_empty_segments_are_not_normal() {
+    for uri in [
+        "gs://b/models/../../etc",
+        "gs://b/models/./x",
+        "gs://b/models//x",
+        "gs://b/models/%2e%2E/x",
+        "gs://b/models/.%2e",
+        "gs://b/models/%2E",
+        "gs://b/models/a%2fb",
+        "gs://b/models/a%2Fb",
+        "s3://b/..",
+    ] {
+        assert!(!super::is_normal_uri(uri), "{uri}");
+    }
+    for uri in [
+        "gs://b/models/llama",
+        "gs://b/models/llama/",
+        "hf://org/model",
+        "gs://bucket",
+        "pvc://claim/models/v1.2/...x",
+        "gs://b/models/a.b/..c",
+        "gs://b/%2e%2e%2e",
+    ] {
+        assert!(super::is_normal_uri(uri), "{uri}");
+    }
+}
+
+#[test]
+fn a_model_uri_with_dot_dot_is_a_miss_without_a_lookup() {
+    let mut idx = cluster();
+    idx.upsert_cache(llama(&["gpu"]).downloaded_on(&["g1"]));
+    hit(&idx, &req("team-a", "hf://org/llama/x"));
+    let (m, n) = {
+        let mut m = None;
+        let n = probes(|| m = Some(miss(&idx, &req("team-a", "hf://org/llama/../../x"))));
+        (m.unwrap(), n)
+    };
+    assert_eq!((m.reason, m.cache, n), (MissReason::UriNotNormal, None, 0));
+    assert_eq!(MissReason::UriNotNormal.as_str(), "uri-not-normal");
+    assert!(MissReason::ALL.contains(&MissReason::UriNotNormal));
 }

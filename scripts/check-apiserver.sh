@@ -7,6 +7,10 @@
 #
 #   scripts/check-apiserver.sh            (MODELGATE_BIN defaults to target/debug/modelgate)
 #
+# The backstop (`modelgate backstop`) is evaluated with kube-apiserver's own admission-policy CEL:
+# the kube-cel binaries (vap130, vap131, vap132, vap136) in $KUBE_CEL_DIR (../shared/tools/kube-cel,
+# see its README.md).
+#
 # Each command prints what it checked and its counts; any failure fails this script.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +18,7 @@ cd "$REPO"
 TOOLS="${MODELGATE_TOOLS_DIR:-$REPO/.tools}"
 MODELGATE_BIN="${MODELGATE_BIN:-target/debug/modelgate}"
 OUT="$REPO/target/apiserver"
+KUBE_CEL_DIR="${KUBE_CEL_DIR:-$REPO/../shared/tools/kube-cel}"
 
 scripts/install-tools.sh
 [[ -x "$MODELGATE_BIN" ]] || { echo "check-apiserver: $MODELGATE_BIN not found (cargo build first)" >&2; exit 1; }
@@ -36,11 +41,15 @@ for cmd in tests/apiserver/src/apiserver/cmd/*/; do
 done
 
 # --- objects: the corpus, the examples and generated cache hits through the admission chain ---
-step "conformance: objects through kube-apiserver's admission chain ($MODELGATE_BIN)"
+step "conformance: objects through kube-apiserver's admission chain ($MODELGATE_BIN), the backstop through kube-apiserver's CEL ($KUBE_CEL_DIR)"
 failed=0
 RESULTS="$OUT/conformance-objects"
+# The backstop as the binary under test renders it (the ValidatingAdmissionPolicy, then its
+# binding); the harness reads the YAML stream itself (ghodss/yaml).
+"$MODELGATE_BIN" backstop >"$OUT/backstop.yaml"
 "$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus ../shared/corpus -examples examples -out "$RESULTS" \
-  -backstop-verdicts "$OUT/backstop-outage.json" -ml-kinds-requests "$OUT/ml-kinds-requests.json" || failed=1
+  -backstop-vap "$OUT/backstop.yaml" -kube-cel "$KUBE_CEL_DIR" \
+  -ml-kinds-requests "$OUT/ml-kinds-requests.json" || failed=1
 
 step "conformance: the stored objects against the schema (kubernetes-validate --strict, 1.33 and 1.37)"
 # An object whose input already fails the schema (the corpus holds some) is reported, not

@@ -70,6 +70,7 @@ impl NamespaceDocuments {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PodSecurityLevel;
     use crate::documents::read_documents;
     use crate::namespaces::{Mode, Namespaces};
 
@@ -99,8 +100,13 @@ mod tests {
         );
         assert_eq!(ns.mode("c", Mode::Audit).mode, Mode::Audit);
         assert_eq!(ns.mode("unknown", Mode::Off).mode, Mode::Off);
-        assert!(ns.enforces_restricted("c"));
-        assert!(!ns.enforces_restricted("a") && !ns.enforces_restricted("d"));
+        assert!(ns.enforces_restricted("c", PodSecurityLevel::Privileged));
+        assert!(
+            !ns.enforces_restricted("a", PodSecurityLevel::Privileged)
+                && !ns.enforces_restricted("d", PodSecurityLevel::Privileged)
+                && ns.enforces_restricted("d", PodSecurityLevel::Restricted)
+                && ns.enforces_restricted("a", PodSecurityLevel::Restricted)
+        );
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! The backstop (SPEC.md §13) evaluated as the API server evaluates it, against the webhooks.
 //!
-//! The policy that `modelgate_core::backstop` renders is evaluated with the Kubernetes CEL
-//! libraries (kube-cel's functions on the `cel` interpreter it re-exports), bound as the API
-//! server's ValidatingAdmissionPolicy plugin binds them: `object`, `oldObject`, `request` and
-//! `namespaceObject` as untyped JSON (the plugin declares `object` as `cel.DynType` and converts
-//! the object to unstructured JSON, with no escaping of keys), `matchConditions` first, then
-//! the `variables` in order, then each validation and, when it fails, its `messageExpression`.
-//! kube-cel's own `VapEvaluator` is used to compile every expression; it is not the evaluator
-//! here because it escapes map keys (`modelgate.io/cache-volume` becomes
-//! `modelgate__dot__io__slash__cache__dash__volume`), as CRD validation does and the admission
-//! plugin does not, and has no `variables`.
+//! The policy that `modelgate_core::backstop` renders is compiled and evaluated by
+//! kube-apiserver's own ValidatingAdmissionPolicy code, offline (`support/kube_apiserver_cel.rs`:
+//! the binaries of kube-apiserver 1.30, 1.31, 1.32 with strict cost, and 1.36), which must all
+//! decide the same. `request` and `namespaceObject` are bound as the API server binds them:
+//! `subResource` only for a subresource, `namespace` only for a namespaced object,
+//! `namespaceObject` null for a cluster-scoped one. Which requests reach the policy at all (its
+//! `resourceRules`, the binding's namespace selection) is decided here, as the binaries leave
+//! that out.
+//!
+//! A test collects its requests with what it expects of each ([`Checks`]), then every request
+//! of a policy is evaluated in one run per version and each expectation is judged on the
+//! decision. An evaluation error (a denial under `failurePolicy: Fail`), versions that disagree
+//! and a message the API server drops (over 5 KiB) are failures of every check.
 //!
 //! Then, over the test corpus and generated pods, the backstop is compared with the webhooks
 //! (`admission::review`, in process): what `/mutate` then `/validate` admit is admitted as
@@ -18,18 +21,17 @@
 //! non-root is denied unmutated; a compliant pod is admitted unmutated; forged prep containers
 //! are denied; only namespaces in `enforce` are bound.
 
-#[path = "support/cel.rs"]
-mod cel_support;
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "support/kube_apiserver_cel.rs"]
+mod kube_apiserver_cel;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
-use cel_support::{on_big_stack, to_cel};
-use kube_cel::KubeCelExt as _;
-use kube_cel::cel::{self, Context, Program};
-use modelgate::admission::{self, Webhook, WorkloadKind};
+use kube_apiserver_cel::{AdmissionRequest, Case, Decision, UserInfo, namespace_object};
+use modelgate::admission::{self, Scope, Webhook, WorkloadKind, WorkloadKinds};
 use modelgate::backstop::{self, Selection};
 use modelgate::cache::CacheIndex;
 use modelgate::config::{IdSetting, PolicyConfig, PrepMode};
@@ -43,63 +45,24 @@ use serde_json::{Value, json};
 // The evaluator
 // ---------------------------------------------------------------------------------------------
 
-struct Compiled {
-    source: String,
-    program: Program,
-}
-
-fn compile(source: &str) -> Compiled {
-    let program = Program::compile(source)
-        .unwrap_or_else(|e| panic!("the expression does not compile: {e}\n{source}"));
-    Compiled {
-        source: source.to_string(),
-        program,
-    }
-}
-
-/// The policy and its binding, compiled.
+/// The policy and its binding.
 struct Policy {
     objects: [Value; 2],
-    conditions: Vec<(String, Compiled)>,
-    variables: Vec<(String, Compiled)>,
-    validations: Vec<(Compiled, Compiled)>,
+    /// The workload-kind table of its configuration: the resources of the custom kinds.
+    kinds: Arc<WorkloadKinds>,
 }
 
 impl Policy {
     fn new(cfg: &PolicyConfig, sel: &Selection) -> Policy {
-        let objects = backstop::objects(cfg, sel);
-        let spec = &objects[0]["spec"];
-        let named = |list: &Value| -> Vec<(String, Compiled)> {
-            list.as_array()
-                .into_iter()
-                .flatten()
-                .map(|v| {
-                    (
-                        v["name"].as_str().unwrap().to_string(),
-                        compile(v["expression"].as_str().unwrap()),
-                    )
-                })
-                .collect()
-        };
-        let conditions = named(&spec["matchConditions"]);
-        let variables = named(&spec["variables"]);
-        let validations = spec["validations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| {
-                (
-                    compile(v["expression"].as_str().unwrap()),
-                    compile(v["messageExpression"].as_str().unwrap()),
-                )
-            })
-            .collect();
         Policy {
-            objects,
-            conditions,
-            variables,
-            validations,
+            objects: backstop::objects(cfg, sel)
+                .unwrap_or_else(|e| panic!("the backstop is not rendered: {e}")),
+            kinds: cfg.workload_kinds.clone(),
         }
+    }
+
+    fn vap(&self) -> &Value {
+        &self.objects[0]
     }
 
     /// Whether the binding selects a namespace with these labels.
@@ -111,6 +74,92 @@ impl Policy {
             &self.objects[0]["spec"]["matchConstraints"]["namespaceSelector"],
             labels,
         )
+    }
+
+    /// The request as the API server hands it to the policy, or `None` when the policy's
+    /// `resourceRules` do not name its resource and scope (it is never sent to the policy).
+    fn case(&self, label: &str, r: &Request) -> Option<Case> {
+        let (group, version, kind) = r.kind;
+        let plural = match self.kinds.find(group, version, kind) {
+            Some(row) => row.plural.clone(),
+            None => format!("{}s", kind.to_lowercase()),
+        };
+        let resource = match r.sub_resource {
+            "" => plural.clone(),
+            sub => format!("{plural}/{sub}"),
+        };
+        let names = |rule: &Value, key: &str, want: &str| {
+            rule[key]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|v| v == want || v == "*"))
+        };
+        let in_scope = |rule: &Value| match rule["scope"].as_str() {
+            Some("Namespaced") => r.namespace.is_some(),
+            Some("Cluster") => r.namespace.is_none(),
+            _ => true,
+        };
+        let matched = self.objects[0]["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| {
+                names(rule, "apiGroups", group)
+                    && names(rule, "apiVersions", version)
+                    && names(rule, "operations", r.operation)
+                    && names(rule, "resources", &resource)
+                    && in_scope(rule)
+            });
+        if !matched {
+            return None;
+        }
+        // The API server sets the request's namespace in the object (and none in a
+        // cluster-scoped one), and names an object created with `generateName` before
+        // validation.
+        let mut object = r.object.clone();
+        let mut name = object["metadata"]["name"].as_str().map(String::from);
+        if name.is_none()
+            && let Some(prefix) = object["metadata"]["generateName"].as_str()
+        {
+            let generated = format!("{prefix}x7k2p");
+            object["metadata"]["name"] = json!(generated);
+            name = Some(generated);
+        }
+        let place = |o: &mut Value| {
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                match r.namespace {
+                    Some(ns) => meta.insert("namespace".into(), json!(ns)),
+                    None => meta.remove("namespace"),
+                };
+            }
+        };
+        place(&mut object);
+        let mut old_object = r.old_object.cloned().unwrap_or(Value::Null);
+        place(&mut old_object);
+        let request = AdmissionRequest {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            resource: plural,
+            sub_resource: Some(r.sub_resource.to_string()),
+            name,
+            namespace: r.namespace.map(String::from),
+            operation: r.operation.into(),
+            user: UserInfo {
+                username: r.username.into(),
+                groups: vec!["system:authenticated".into()],
+                ..UserInfo::default()
+            },
+        };
+        Some(Case {
+            name: label.to_string(),
+            object,
+            old_object,
+            request: request.to_json(),
+            namespace_object: match r.namespace {
+                Some(ns) => namespace_object(ns, r.namespace_labels),
+                None => Value::Null,
+            },
+        })
     }
 }
 
@@ -144,10 +193,10 @@ fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
     by_labels && by_expressions
 }
 
-/// What the policy decided.
+/// What the policy decided, when it did not fail to evaluate.
 #[derive(Debug, PartialEq)]
 enum Verdict {
-    /// A match condition left the request out.
+    /// Not sent to the policy (its resource rules), or a match condition left the request out.
     NotMatched,
     Admit,
     /// The messages of the failed validations.
@@ -167,128 +216,210 @@ impl Verdict {
 struct Request<'a> {
     object: &'a Value,
     old_object: Option<&'a Value>,
-    /// `ephemeralcontainers`, or empty (the API server's value when there is none).
+    /// `ephemeralcontainers`, or empty on the main resource (no `subResource` key).
     sub_resource: &'a str,
     kind: (&'a str, &'a str, &'a str),
     operation: &'a str,
-    namespace: &'a str,
+    /// `None` for a cluster-scoped object (no `namespace` key, `namespaceObject` null).
+    namespace: Option<&'a str>,
     namespace_labels: &'a BTreeMap<String, String>,
     username: &'a str,
 }
 
 impl<'a> Request<'a> {
+    /// A CREATE by a deployer: in the object's namespace, else `team-a`, unless the kind is
+    /// cluster-scoped in the workload-kind table.
     fn create(object: &'a Value, labels: &'a BTreeMap<String, String>) -> Self {
         let api_version = object["apiVersion"].as_str().unwrap_or("v1");
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let kind = object["kind"].as_str().unwrap_or("");
+        let cluster_scoped = WorkloadKinds::defaults()
+            .find_api_version(api_version, kind)
+            .is_some_and(|row| row.scope == Scope::Cluster);
+        let (group, version) = admission::split_api_version(api_version);
         Request {
             object,
             old_object: None,
             sub_resource: "",
-            kind: (group, version, object["kind"].as_str().unwrap_or("")),
+            kind: (group, version, kind),
             operation: "CREATE",
-            namespace: object["metadata"]["namespace"].as_str().unwrap_or("team-a"),
+            namespace: if cluster_scoped {
+                None
+            } else {
+                Some(object["metadata"]["namespace"].as_str().unwrap_or("team-a"))
+            },
             namespace_labels: labels,
             username: "system:serviceaccount:team-a:deployer",
         }
     }
+
+    /// An UPDATE of `old` into `object`.
+    fn update(object: &'a Value, old: &'a Value, labels: &'a BTreeMap<String, String>) -> Self {
+        Request {
+            operation: "UPDATE",
+            old_object: Some(old),
+            ..Request::create(object, labels)
+        }
+    }
 }
 
-/// Evaluates the policy on one request; an expression that errors (which the API server turns
-/// into a denial under `failurePolicy: Fail`) is an `Err` naming it.
-fn evaluate(policy: &Policy, r: &Request) -> Result<Verdict, String> {
-    let mut ctx = Context::default().with_all();
-    let (group, version, kind) = r.kind;
-    // The policy's resourceRules first: a request for a resource they do not name is never
-    // sent to the policy.
-    let plural = format!("{}s", kind.to_lowercase());
-    let resource = match r.sub_resource {
-        "" => plural.clone(),
-        sub => format!("{plural}/{sub}"),
-    };
-    let names = |rule: &Value, key: &str, want: &str| {
-        rule[key]
-            .as_array()
-            .is_some_and(|l| l.iter().any(|v| v == want || v == "*"))
-    };
-    let matched = policy.objects[0]["spec"]["matchConstraints"]["resourceRules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|rule| {
-            names(rule, "apiGroups", group)
-                && names(rule, "apiVersions", version)
-                && names(rule, "operations", r.operation)
-                && names(rule, "resources", &resource)
+/// What a check says of a verdict: its failures, none when it holds.
+type Judge<'a> = Box<dyn FnOnce(&Verdict) -> Vec<String> + 'a>;
+
+struct Check<'a> {
+    label: String,
+    /// `None`: the policy's resource rules leave the request out.
+    case: Option<Case>,
+    judge: Judge<'a>,
+}
+
+/// Requests to evaluate, each with its judge; [`Checks::run`] evaluates every request of a
+/// policy in one run of each API server version.
+#[derive(Default)]
+struct Checks<'a> {
+    groups: Vec<(&'a Policy, Vec<Check<'a>>)>,
+}
+
+impl<'a> Checks<'a> {
+    fn add(
+        &mut self,
+        policy: &'a Policy,
+        label: impl Into<String>,
+        r: &Request,
+        judge: impl FnOnce(&Verdict) -> Vec<String> + 'a,
+    ) {
+        let label = label.into();
+        let case = policy.case(&label, r);
+        let check = Check {
+            label,
+            case,
+            judge: Box::new(judge),
+        };
+        match self
+            .groups
+            .iter_mut()
+            .find(|(p, _)| std::ptr::eq(*p, policy))
+        {
+            Some((_, checks)) => checks.push(check),
+            None => self.groups.push((policy, vec![check])),
+        }
+    }
+
+    /// [`add`](Self::add) with what the verdict must be.
+    fn expect(
+        &mut self,
+        policy: &'a Policy,
+        label: impl Into<String>,
+        r: &Request,
+        holds: impl FnOnce(&Verdict) -> bool + 'a,
+    ) {
+        let label = label.into();
+        let what = label.clone();
+        self.add(policy, label, r, move |got| {
+            if holds(got) {
+                Vec::new()
+            } else {
+                vec![format!("{what}: the backstop {got:?}")]
+            }
         });
-    if !matched {
-        return Ok(Verdict::NotMatched);
     }
-    let request = json!({
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-        "operation": r.operation,
-        "subResource": r.sub_resource,
-        "namespace": r.namespace,
-        "name": r.object["metadata"]["name"].as_str().unwrap_or(""),
-        "userInfo": {"username": r.username, "groups": ["system:authenticated"]},
-        "dryRun": false,
-    });
-    let namespace = json!({"metadata": {"name": r.namespace, "labels": r.namespace_labels}});
-    ctx.add_variable_from_value("object", to_cel(r.object));
-    ctx.add_variable_from_value(
-        "oldObject",
-        r.old_object.map(to_cel).unwrap_or(cel::Value::Null),
-    );
-    ctx.add_variable_from_value("request", to_cel(&request));
-    ctx.add_variable_from_value("namespaceObject", to_cel(&namespace));
-    // Variables in order, each seeing the ones before it. The API server evaluates them lazily
-    // (a variable is computed when an expression reads it): one that errors here is left out
-    // of `variables`, so that only an expression that reads it fails (with "no such key"), as
-    // it would there.
-    let mut variables: std::collections::HashMap<String, cel::Value> = Default::default();
-    let bind = |ctx: &mut Context, variables: &std::collections::HashMap<String, cel::Value>| {
-        let map: std::collections::HashMap<cel::objects::Key, cel::Value> = variables
-            .iter()
-            .map(|(k, v)| (cel::objects::Key::from(k.as_str()), v.clone()))
+
+    fn len(&self) -> usize {
+        self.groups.iter().map(|(_, c)| c.len()).sum()
+    }
+
+    /// Evaluates every request (the policies side by side, within the binaries' limit of
+    /// processes) and judges each; the failures.
+    fn run(self) -> Vec<String> {
+        if kube_apiserver_cel::tools_dir().is_none() {
+            return Vec::new();
+        }
+        let mut groups = self.groups;
+        let batches: Vec<(&Policy, Vec<Case>)> = groups
+            .iter_mut()
+            .map(|(policy, checks)| {
+                let cases = checks.iter_mut().filter_map(|c| c.case.clone()).collect();
+                (*policy, cases)
+            })
             .collect();
-        ctx.add_variable_from_value("variables", cel::Value::Map(map.into()));
-    };
-    for (name, c) in &policy.variables {
-        bind(&mut ctx, &variables);
-        if let Ok(value) = c.program.execute(&ctx) {
-            variables.insert(name.clone(), value);
+        let outcomes: Vec<Vec<kube_apiserver_cel::Outcome>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batches
+                .iter()
+                .map(|(policy, cases)| {
+                    scope.spawn(move || {
+                        if cases.is_empty() {
+                            Vec::new()
+                        } else {
+                            kube_apiserver_cel::evaluate(policy.vap(), cases).outcomes
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut failures = Vec::new();
+        let (mut judged, mut evaluated) = (0, 0);
+        for ((_, checks), outcomes) in groups.into_iter().zip(outcomes) {
+            let mut outcomes = outcomes.into_iter();
+            for check in checks {
+                judged += 1;
+                let verdict = match &check.case {
+                    None => Verdict::NotMatched,
+                    Some(case) => {
+                        evaluated += 1;
+                        let outcome = outcomes.next().expect("an outcome per case");
+                        match outcome.agreed() {
+                            Err(problem) => {
+                                failures.push(format!("{}: {problem}", check.label));
+                                continue;
+                            }
+                            Ok(Decision::Error(error)) => {
+                                failures.push(format!(
+                                    "{}: the policy errors (a denial under failurePolicy Fail): \
+                                     {error}\n  object: {:.2000}",
+                                    check.label,
+                                    case.object.to_string()
+                                ));
+                                continue;
+                            }
+                            Ok(Decision::NotMatched) => Verdict::NotMatched,
+                            Ok(Decision::Admit) => Verdict::Admit,
+                            Ok(d @ Decision::Deny(_)) => {
+                                Verdict::Deny(d.messages().into_iter().map(String::from).collect())
+                            }
+                        }
+                    }
+                };
+                failures.extend((check.judge)(&verdict));
+            }
+            assert!(outcomes.next().is_none(), "more outcomes than cases");
         }
+        println!("{judged} checks, {evaluated} requests evaluated by kube-apiserver's CEL");
+        failures
     }
-    bind(&mut ctx, &variables);
-    for (name, c) in &policy.conditions {
-        match c.program.execute(&ctx) {
-            Ok(cel::Value::Bool(true)) => {}
-            Ok(cel::Value::Bool(false)) => return Ok(Verdict::NotMatched),
-            other => return Err(format!("matchCondition {name}: {other:?}")),
-        }
-    }
-    let mut denials = Vec::new();
-    for (expression, message) in &policy.validations {
-        match expression.program.execute(&ctx) {
-            Ok(cel::Value::Bool(true)) => {}
-            Ok(cel::Value::Bool(false)) => match message.program.execute(&ctx) {
-                Ok(cel::Value::String(s)) => denials.push(s.to_string()),
-                other => return Err(format!("messageExpression: {other:?}\n{}", message.source)),
-            },
-            other => return Err(format!("validation: {other:?}\n{}", expression.source)),
-        }
-    }
-    Ok(if denials.is_empty() {
-        Verdict::Admit
-    } else {
-        Verdict::Deny(denials)
-    })
 }
 
-fn verdict(policy: &Policy, object: &Value) -> Verdict {
-    let labels = enforce_labels();
-    evaluate(policy, &Request::create(object, &labels))
-        .unwrap_or_else(|e| panic!("the policy errors: {e}\nobject: {object}"))
+/// Fails with the count and the first failures.
+fn assert_no_failures(failures: &[String]) {
+    const SHOWN: usize = 15;
+    assert!(
+        failures.is_empty(),
+        "{} failures{}:\n{}",
+        failures.len(),
+        if failures.len() > SHOWN {
+            format!(" (the first {SHOWN})")
+        } else {
+            String::new()
+        },
+        failures
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    );
 }
 
 fn enforce_labels() -> BTreeMap<String, String> {
@@ -404,36 +535,41 @@ struct Coverage {
     templates: usize,
 }
 
-/// Compares the backstop with the webhooks on one object, in an `enforce` namespace.
-fn differential(
+/// Compares the backstop with the webhooks on one object, in an `enforce` namespace: the
+/// webhooks answer now, the backstop's verdicts are judged when `checks` runs.
+fn differential<'a>(
     label: &str,
     object: &Value,
     hooks: &Webhooks,
-    policy: &Policy,
+    policy: &'a Policy,
     seen: &mut Coverage,
-) -> Vec<String> {
-    let mut failures = Vec::new();
+    checks: &mut Checks<'a>,
+) {
     let Some(kind) = WorkloadKind::of_api_version(
         object["apiVersion"].as_str().unwrap_or_default(),
         object["kind"].as_str().unwrap_or_default(),
     ) else {
-        return failures;
+        return;
     };
     let review = create_review("uid", object, "team-a");
     let mutate = hooks.call(Webhook::Mutate, &review);
     let validate = hooks.call(Webhook::Validate, &review);
     if mutate.http != 200 {
-        return failures;
+        return;
     }
-    let unmutated = verdict(policy, object);
-    let mut fail = |what: String| {
-        failures.push(format!(
-            "{label}: {what}\n  /mutate: {} {}\n  /validate: {} {}\n  backstop: {unmutated:?}\n  object: {object}",
-            mutate.allowed,
-            Value::Array(mutate.patch().to_vec()),
-            validate.allowed,
-            validate.message
-        ))
+    let labels = enforce_labels();
+    let context = format!(
+        "  /mutate: {} {}\n  /validate: {} {}\n  object: {object}",
+        mutate.allowed,
+        Value::Array(mutate.patch().to_vec()),
+        validate.allowed,
+        validate.message
+    );
+    let fail = {
+        let (label, context) = (label.to_string(), context.clone());
+        move |what: String, got: &Verdict| {
+            format!("{label}: {what}\n{context}\n  backstop: {got:?}")
+        }
     };
 
     // What /validate denies for a security field, the backstop denies naming that field.
@@ -441,31 +577,53 @@ fn differential(
         .into_iter()
         .filter(|f| is_security_field(f))
         .collect();
-    if !validate.allowed && !fields.is_empty() {
+    let denied_fields = if !validate.allowed && !fields.is_empty() {
         seen.denied_for_a_security_field += 1;
-        let message = unmutated.message();
-        match &unmutated {
-            Verdict::Deny(_) => {
-                for f in &fields {
-                    if !message.contains(&format!("{f}: ")) {
-                        fail(format!("the backstop does not name {f}: {message}"));
-                    }
-                }
-                if !message.contains(backstop::MESSAGE_SUFFIX) {
-                    fail("the message does not say the backstop answered".into());
-                }
-            }
-            _ => fail(format!("/validate denies {fields:?}, the backstop admits")),
+        fields
+    } else {
+        Vec::new()
+    };
+    let names_the_fields = move |got: &Verdict| -> Vec<String> {
+        if denied_fields.is_empty() {
+            return Vec::new();
         }
-    }
+        let message = got.message();
+        match got {
+            Verdict::Deny(_) => {
+                let mut out: Vec<String> = denied_fields
+                    .iter()
+                    .filter(|f| !message.contains(&format!("{f}: ")))
+                    .map(|f| format!("the backstop does not name {f}: {message}"))
+                    .collect();
+                if !message.contains(backstop::MESSAGE_SUFFIX) {
+                    out.push("the message does not say the backstop answered".into());
+                }
+                out
+            }
+            _ => vec![format!(
+                "/validate denies {denied_fields:?}, the backstop admits"
+            )],
+        }
+    };
 
+    let validate_allowed = validate.allowed;
     if kind.is_controller() {
         seen.templates += 1;
         // Templates: the ranges only, exactly where the webhook denies them.
-        if validate.allowed && unmutated != Verdict::Admit {
-            fail("/validate admits the template, the backstop does not".into());
-        }
-        return failures;
+        let fail = fail.clone();
+        checks.add(
+            policy,
+            label,
+            &Request::create(object, &labels),
+            move |got| {
+                let mut out = names_the_fields(got);
+                if validate_allowed && *got != Verdict::Admit {
+                    out.push("/validate admits the template, the backstop does not".into());
+                }
+                out.into_iter().map(|w| fail(w, got)).collect()
+            },
+        );
+        return;
     }
 
     // An unmutated pod that /mutate would make non-root is denied: the patch sets a
@@ -479,12 +637,26 @@ fn differential(
     });
     let makes_non_root = sets_non_root && !all_non_root(object);
     seen.made_non_root += usize::from(makes_non_root);
-    if makes_non_root && !matches!(unmutated, Verdict::Deny(_)) {
-        fail("/mutate makes it non-root, the backstop admits it unmutated".into());
-    }
-    // What the backstop denies unmutated, the webhooks would have changed or denied.
-    if matches!(unmutated, Verdict::Deny(_)) && !makes_non_root && validate.allowed {
-        fail("the backstop denies a pod the webhooks leave as it is".into());
+    {
+        let fail = fail.clone();
+        checks.add(
+            policy,
+            label,
+            &Request::create(object, &labels),
+            move |got| {
+                let mut out = names_the_fields(got);
+                let denied = matches!(got, Verdict::Deny(_));
+                if makes_non_root && !denied {
+                    out.push("/mutate makes it non-root, the backstop admits it unmutated".into());
+                }
+                // What the backstop denies unmutated, the webhooks would have changed or
+                // denied.
+                if denied && !makes_non_root && validate_allowed {
+                    out.push("the backstop denies a pod the webhooks leave as it is".into());
+                }
+                out.into_iter().map(|w| fail(w, got)).collect()
+            },
+        );
     }
 
     // What /mutate then /validate admit is admitted as patched, with and without the token
@@ -501,16 +673,26 @@ fn differential(
                     with_token_mount(&patched),
                 ),
             ] {
-                let got = verdict(policy, &o);
-                if matches!(got, Verdict::Deny(_)) {
-                    fail(format!(
-                        "the backstop refuses it {what}: {got:?}\n  patched: {o}"
-                    ));
-                }
+                let fail = fail.clone();
+                let shown = o.to_string();
+                checks.add(
+                    policy,
+                    format!("{label} ({what})"),
+                    &Request::create(&o, &labels),
+                    move |got| {
+                        if matches!(got, Verdict::Deny(_)) {
+                            vec![fail(
+                                format!("the backstop refuses it {what}\n  patched: {shown}"),
+                                got,
+                            )]
+                        } else {
+                            Vec::new()
+                        }
+                    },
+                );
             }
         }
     }
-    failures
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -769,81 +951,55 @@ fn corpus_objects() -> Vec<(String, Value)> {
 // Tests
 // ---------------------------------------------------------------------------------------------
 
-/// kube-cel compiles every expression of the policy (matchConditions, variables, validations
-/// and their messages), for every configuration.
+/// kube-apiserver compiles every expression of the policy (matchConditions, variables,
+/// validations and their messages) with no error, for every configuration, in every version:
+/// as when the policy is created and as when the stored policy is loaded.
 #[test]
 fn every_expression_compiles_with_kube_cel() {
-    on_big_stack(every_expression_compiles_with_kube_cel_on_this_thread);
-}
-
-fn every_expression_compiles_with_kube_cel_on_this_thread() {
+    if kube_apiserver_cel::tools_dir().is_none() {
+        return;
+    }
     let mut sel = selection();
     sel.exclude_priority_classes = vec!["system-node-critical".into()];
-    for (name, mut cfg) in configs() {
-        cfg.prep_host_paths = vec!["/data/models".into(), "/".into()];
-        let objects = backstop::objects(&cfg, &sel);
-        let spec = &objects[0]["spec"];
-        let mut expressions = Vec::new();
-        for list in ["matchConditions", "variables"] {
-            for e in spec[list].as_array().unwrap() {
-                expressions.push(e["expression"].as_str().unwrap().to_string());
-            }
-        }
-        for v in spec["validations"].as_array().unwrap() {
-            expressions.push(v["expression"].as_str().unwrap().to_string());
-            expressions.push(v["messageExpression"].as_str().unwrap().to_string());
-        }
-        let evaluator = kube_cel::VapEvaluator::builder().build();
-        let exprs: Vec<kube_cel::VapExpression> = expressions
+    let policies: Vec<(&str, Value)> = configs()
+        .into_iter()
+        .map(|(name, mut cfg)| {
+            cfg.prep_host_paths = vec!["/data/models".into(), "/".into()];
+            let [vap, _] = backstop::objects(&cfg, &sel)
+                .unwrap_or_else(|e| panic!("{name}: the backstop is not rendered: {e}"));
+            (name, vap)
+        })
+        .collect();
+    for (_, vap) in &policies {
+        // Settings live in variables of their own; no other expression changes with them.
+        assert_eq!(vap["spec"]["paramKind"], Value::Null);
+        assert_eq!(vap["spec"]["failurePolicy"], "Fail");
+    }
+    // Compiled side by side (the evaluator runs two processes at a time); a compile error
+    // fails the test naming the version and the expression.
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = policies
             .iter()
-            .map(|e| kube_cel::VapExpression {
-                expression: e.clone(),
-                message: None,
-                message_expression: None,
+            .map(|(name, vap)| {
+                scope.spawn(move || (name, kube_apiserver_cel::evaluate(vap, &[]).compiles))
             })
             .collect();
-        for (e, compiled) in expressions
-            .iter()
-            .zip(evaluator.compile_expressions(&exprs))
-        {
-            assert!(compiled.is_ok(), "{name}: does not compile: {e}");
-        }
-        // Every expression reads only the variables a ValidatingAdmissionPolicy has.
-        // (kube-cel counts a comprehension's own variable as a reference: those are left out.)
-        // The table's templates bind theirs as a letter and their depth (`e0`, `k1`, `p0`).
-        let iteration = ["c", "k", "v", "s", "p", "t", "e", "os"];
-        let is_iteration = |v: &str| {
-            iteration.contains(&v)
-                || (v.len() >= 2
-                    && "nepk".contains(&v[..1])
-                    && v[1..].bytes().all(|b| b.is_ascii_digit()))
-        };
-        for e in &expressions {
-            let warnings = kube_cel::check_rule_scope(e, kube_cel::ScopeContext::AdmissionPolicy);
-            for w in warnings {
-                let variable = w
-                    .message
-                    .split("variable '")
-                    .nth(1)
-                    .and_then(|rest| rest.split('\'').next())
-                    .unwrap_or_default();
-                assert!(is_iteration(variable), "{name}: {}: {e}", w.message);
+        for h in handles {
+            let (name, compiles) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for c in compiles {
+                println!(
+                    "{name}: kube-apiserver {} compiles the policy in {:.2?} as created, {:.2?} as stored",
+                    c.version, c.create_time, c.runtime
+                );
             }
         }
-        // Settings live in variables of their own; no other expression changes with them.
-        assert_eq!(spec["paramKind"], Value::Null);
-        assert_eq!(spec["failurePolicy"], "Fail");
-    }
+    });
 }
 
 /// The generated cache hits are hits, pinned to every node that has the model: the
 /// differential below judges the patched pods a hit makes, not misses.
 #[test]
 fn the_generated_cache_hits_are_routed() {
-    on_big_stack(the_generated_cache_hits_are_routed_on_this_thread);
-}
-
-fn the_generated_cache_hits_are_routed_on_this_thread() {
     let hooks = Webhooks::new(PolicyConfig::default());
     for (label, pod) in cache_hit_pods() {
         let mutate = hooks.call(Webhook::Mutate, &create_review("uid", &pod, "team-a"));
@@ -868,29 +1024,32 @@ fn the_generated_cache_hits_are_routed_on_this_thread() {
     }
 }
 
+/// The differential over the corpus and the generated pods, in every configuration, with
+/// `request` bound as the API server binds it (a Pod or Job CREATE has no `subResource`).
 #[test]
 fn the_corpus_and_generated_pods_agree_with_the_webhooks() {
-    on_big_stack(the_corpus_and_generated_pods_agree_with_the_webhooks_on_this_thread);
-}
-
-fn the_corpus_and_generated_pods_agree_with_the_webhooks_on_this_thread() {
     let corpus = corpus_objects();
     let mut generated = generated_pods();
     generated.extend(cache_hit_pods());
-    let mut failures = Vec::new();
+    let configs = configs();
+    let policies: Vec<Policy> = configs
+        .iter()
+        .map(|(_, cfg)| Policy::new(cfg, &selection()))
+        .collect();
+    let mut checks = Checks::default();
     let mut judged = 0;
     let mut seen = Coverage::default();
-    for (name, cfg) in configs() {
+    for ((name, cfg), policy) in configs.iter().zip(&policies) {
         let hooks = Webhooks::new(cfg.clone());
-        let policy = Policy::new(&cfg, &selection());
         for (label, object) in corpus.iter().chain(generated.iter()) {
-            failures.extend(differential(
+            differential(
                 &format!("[{name}] {label}"),
                 object,
                 &hooks,
-                &policy,
+                policy,
                 &mut seen,
-            ));
+                &mut checks,
+            );
             judged += 1;
         }
     }
@@ -902,86 +1061,73 @@ fn the_corpus_and_generated_pods_agree_with_the_webhooks_on_this_thread() {
             && seen.templates > 10,
         "{seen:?}"
     );
+    assert!(checks.len() > 300, "only {} checks", checks.len());
     println!("{judged} objects judged: {seen:?}");
-    assert!(
-        failures.is_empty(),
-        "{} disagreements:\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-    export_outage_verdicts(&corpus, &generated);
+    assert_no_failures(&checks.run());
 }
 
-/// Where the Go API-server harness reads the backstop's verdicts for its outage scenario
-/// (`scripts/check-apiserver.sh`, which the test command runs after `cargo test`).
-const OUTAGE_VERDICTS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/target/apiserver/backstop-outage.json"
-);
-
-/// For each Pod and Job of the differential, with the default policy: what the backstop says
-/// of it as it comes (modelgate down: nothing mutated it), and whether `/validate` admits it as
-/// it comes. The harness checks through kube-apiserver's client that the webhook cannot be
-/// called, lets the request through as `failurePolicy: Ignore` does, and takes these verdicts.
-fn export_outage_verdicts(corpus: &[(String, Value)], generated: &[(String, Value)]) {
-    let cfg = configs()[0].1.clone();
+/// The pod `/mutate` gives a prep container, after the API server's plugins (the token mount)
+/// and the defaulting of the prep's fields: the canonical prep at `initContainers[0]`, then the
+/// pod's own init container `fetch`.
+fn pod_with_canonical_prep(cfg: &PolicyConfig) -> Value {
     let hooks = Webhooks::new(cfg.clone());
-    let policy = Policy::new(&cfg, &selection());
-    let mut cases = Vec::new();
-    for (label, object) in corpus.iter().chain(generated.iter()) {
-        let kind = match object["kind"].as_str() {
-            Some("Pod") if object["apiVersion"] == "v1" => {
-                json!({"Group": "", "Version": "v1", "Kind": "Pod", "Resource": "pods"})
-            }
-            Some("Job") if object["apiVersion"] == "batch/v1" => {
-                json!({"Group": "batch", "Version": "v1", "Kind": "Job", "Resource": "jobs"})
-            }
-            _ => continue,
-        };
-        let validated = hooks.call(Webhook::Validate, &create_review("uid", object, "team-a"));
-        if validated.http != 200 {
-            continue;
-        }
-        let (backstop, message) = match verdict(&policy, object) {
-            Verdict::Deny(messages) => ("deny", messages.join("\n")),
-            Verdict::Admit => ("admit", String::new()),
-            Verdict::NotMatched => ("not-matched", String::new()),
-        };
-        cases.push(json!({
-            "label": label, "kind": kind, "object": object, "backstop": backstop,
-            "message": message, "validateAllowed": validated.allowed,
-        }));
-    }
-    let path = Path::new(OUTAGE_VERDICTS);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, serde_json::to_vec(&cases).unwrap()).unwrap();
-}
-
-/// The canonical prep after the API server's plugins is admitted; any forgery is refused.
-#[test]
-fn forged_prep_containers_are_denied() {
-    on_big_stack(forged_prep_containers_are_denied_on_this_thread);
-}
-
-fn forged_prep_containers_are_denied_on_this_thread() {
-    let cfg = configs()[0].1.clone();
-    let hooks = Webhooks::new(cfg.clone());
-    let policy = Policy::new(&cfg, &selection());
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
         "spec": {"volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "m"}}],
                  "initContainers": [{"name": "fetch", "image": "busybox", "securityContext": {"runAsNonRoot": true}}],
                  "containers": [{"name": "c", "image": "busybox"}]}});
     let mutate = hooks.call(Webhook::Mutate, &create_review("u", &pod, "team-a"));
-    let patched = with_token_mount(&mutate.patched(&pod));
-    let mut defaulted = patched.clone();
+    let mut defaulted = with_token_mount(&mutate.patched(&pod));
+    assert_eq!(
+        defaulted["spec"]["initContainers"][0]["name"],
+        "model-cache-prep"
+    );
     defaulted["spec"]["initContainers"][0]["imagePullPolicy"] = json!("IfNotPresent");
     defaulted["spec"]["initContainers"][0]["terminationMessagePath"] =
         json!("/dev/termination-log");
     defaulted["spec"]["initContainers"][0]["terminationMessagePolicy"] = json!("File");
-    assert_eq!(verdict(&policy, &defaulted), Verdict::Admit);
+    defaulted
+}
 
-    let prep = patched["spec"]["initContainers"][0].clone();
-    assert_eq!(prep["name"], "model-cache-prep");
+/// What the backstop says of a forged or second prep container: it runs as root.
+fn denies_a_root_prep(got: &Verdict) -> bool {
+    let message = got.message();
+    message.contains("runAsNonRoot: false is not allowed")
+        || message.contains("runAsUser: 0 is outside")
+}
+
+/// The canonical prep after the API server's plugins is admitted; any forgery is refused.
+/// The rule: exactly one init container may be the canonical prep, at any index of
+/// `initContainers` (other webhooks may put theirs first); a second one, by another name or
+/// the same, is judged as any container and denied.
+#[test]
+fn forged_prep_containers_are_denied() {
+    let cfg = configs()[0].1.clone();
+    let policy = Policy::new(&cfg, &selection());
+    let never = Policy::new(
+        &PolicyConfig {
+            model_cache_prep: PrepMode::Never,
+            ..cfg.clone()
+        },
+        &selection(),
+    );
+    let hosted = Policy::new(
+        &PolicyConfig {
+            prep_host_paths: vec!["/data/./models/".into()],
+            ..cfg.clone()
+        },
+        &selection(),
+    );
+    let defaulted = pod_with_canonical_prep(&cfg);
+    let prep = defaulted["spec"]["initContainers"][0].clone();
+    let labels = enforce_labels();
+    let mut checks = Checks::default();
+    checks.expect(
+        &policy,
+        "the canonical prep",
+        &Request::create(&defaulted, &labels),
+        |got| *got == Verdict::Admit,
+    );
+
     let forge = |f: &dyn Fn(&mut Value)| {
         let mut o = defaulted.clone();
         f(&mut o);
@@ -1049,13 +1195,6 @@ fn forged_prep_containers_are_denied_on_this_thread() {
             forge(&|o| o["spec"]["initContainers"][0]["resources"]["limits"]["cpu"] = json!("4")),
         ),
         (
-            "not first",
-            forge(&|o| {
-                let init = o["spec"]["initContainers"].as_array_mut().unwrap();
-                init.swap(0, 1);
-            }),
-        ),
-        (
             "a second one",
             forge(&|o| {
                 let mut second = prep.clone();
@@ -1064,6 +1203,15 @@ fn forged_prep_containers_are_denied_on_this_thread() {
                     .as_array_mut()
                     .unwrap()
                     .push(second);
+            }),
+        ),
+        (
+            "a duplicate",
+            forge(&|o| {
+                o["spec"]["initContainers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(prep.clone());
             }),
         ),
         (
@@ -1081,28 +1229,34 @@ fn forged_prep_containers_are_denied_on_this_thread() {
             "in a Windows pod",
             forge(&|o| o["spec"]["os"] = json!({"name": "windows"})),
         ),
-        ("with prep never", defaulted.clone()),
     ];
-    for (what, o) in forgeries {
-        let p = if what == "with prep never" {
-            Policy::new(
-                &PolicyConfig {
-                    model_cache_prep: PrepMode::Never,
-                    ..cfg.clone()
-                },
-                &selection(),
-            )
-        } else {
-            Policy::new(&cfg, &selection())
-        };
-        let got = verdict(&p, &o);
-        let message = got.message();
-        assert!(
-            message.contains("runAsNonRoot: false is not allowed")
-                || message.contains("runAsUser: 0 is outside"),
-            "{what}: {got:?}"
+    for (what, o) in &forgeries {
+        checks.expect(
+            &policy,
+            *what,
+            &Request::create(o, &labels),
+            denies_a_root_prep,
         );
     }
+    checks.expect(
+        &never,
+        "with prep never",
+        &Request::create(&defaulted, &labels),
+        denies_a_root_prep,
+    );
+    // The canonical prep after the pod's own init container: admitted (any index).
+    let not_first = forge(&|o| {
+        o["spec"]["initContainers"]
+            .as_array_mut()
+            .unwrap()
+            .swap(0, 1)
+    });
+    checks.expect(
+        &policy,
+        "not first",
+        &Request::create(&not_first, &labels),
+        |got| *got == Verdict::Admit,
+    );
     // In a namespace that enforces Pod Security restricted modelgate injects none.
     let restricted = BTreeMap::from([
         ("modelgate.io/inject".to_string(), "enabled".to_string()),
@@ -1111,36 +1265,116 @@ fn forged_prep_containers_are_denied_on_this_thread() {
             "restricted".to_string(),
         ),
     ]);
-    let got = evaluate(&policy, &Request::create(&defaulted, &restricted)).unwrap();
-    assert!(matches!(got, Verdict::Deny(_)), "{got:?}");
+    checks.expect(
+        &policy,
+        "in a restricted namespace",
+        &Request::create(&defaulted, &restricted),
+        |got| matches!(got, Verdict::Deny(_)),
+    );
 
     // A host path under --prep-host-path is the prep's to fix, by whole components only.
-    for (path, allowed) in [
+    let on_host_paths: Vec<(&str, bool, Value)> = [
         ("/data/models", true),
         ("/data//models/./llama", true),
         ("/data/models-evil", false),
         ("/data", false),
         ("/data/models/../../etc", false),
-    ] {
-        let hosted = PolicyConfig {
-            prep_host_paths: vec!["/data/./models/".into()],
-            ..cfg.clone()
-        };
+    ]
+    .into_iter()
+    .map(|(path, allowed)| {
         let mut o = defaulted.clone();
         o["spec"]["volumes"][0] = json!({"name": "model-cache", "hostPath": {"path": path}});
-        let got = verdict(&Policy::new(&hosted, &selection()), &o);
-        assert_eq!(got == Verdict::Admit, allowed, "{path}: {got:?}");
+        (path, allowed, o)
+    })
+    .collect();
+    for (path, allowed, o) in &on_host_paths {
+        let allowed = *allowed;
+        checks.expect(
+            &hosted,
+            format!("on the host path {path}"),
+            &Request::create(o, &labels),
+            move |got| (*got == Verdict::Admit) == allowed,
+        );
     }
+    assert_no_failures(&checks.run());
+}
+
+/// Other webhooks' init containers may come before the prep (Istio's `istio-validation`,
+/// Vault's `vault-agent-init`, inserted at index 0 after modelgate's patch): the canonical prep
+/// is admitted wherever it is, and a second prep container is still denied.
+#[test]
+fn init_containers_of_other_webhooks_may_come_first() {
+    let cfg = configs()[0].1.clone();
+    let policy = Policy::new(&cfg, &selection());
+    let defaulted = pod_with_canonical_prep(&cfg);
+    let prep = defaulted["spec"]["initContainers"][0].clone();
+    let istio = json!({"name": "istio-validation", "image": "docker.io/istio/proxyv2:1.24.0",
+        "args": ["istio-iptables", "--run-validation", "--skip-rule-apply"],
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+            "privileged": false, "readOnlyRootFilesystem": true, "runAsGroup": 1337,
+            "runAsNonRoot": true, "runAsUser": 1337}});
+    let vault = json!({"name": "vault-agent-init", "image": "hashicorp/vault:1.18.0",
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": true, "runAsGroup": 1000, "runAsNonRoot": true,
+            "runAsUser": 100},
+        "volumeMounts": [{"name": "home-init", "mountPath": "/home/vault"}]});
+    let ahead = |first: &[&Value], more: &[Value]| {
+        let mut o = defaulted.clone();
+        let init = o["spec"]["initContainers"].as_array_mut().unwrap();
+        for (i, c) in first.iter().enumerate() {
+            init.insert(i, (*c).clone());
+        }
+        init.extend(more.iter().cloned());
+        o
+    };
+    let mut second = prep.clone();
+    second["name"] = json!("model-cache-prep-2");
+    let admitted = [
+        ("Istio's first", ahead(&[&istio], &[])),
+        ("Vault's first", ahead(&[&vault], &[])),
+        ("Istio's and Vault's first", ahead(&[&istio, &vault], &[])),
+        ("Vault's and Istio's first", ahead(&[&vault, &istio], &[])),
+    ];
+    let denied = [
+        (
+            "Istio's and Vault's first, and a second prep by another name",
+            ahead(&[&istio, &vault], &[second]),
+        ),
+        (
+            "Istio's and Vault's first, and the prep twice",
+            ahead(&[&istio, &vault], std::slice::from_ref(&prep)),
+        ),
+        (
+            "Istio's first, then a copy of the prep by another name, then the prep",
+            {
+                let mut copy = prep.clone();
+                copy["name"] = json!("prep");
+                ahead(&[&istio, &copy], &[])
+            },
+        ),
+    ];
+    let labels = enforce_labels();
+    let mut checks = Checks::default();
+    for (what, o) in &admitted {
+        checks.expect(&policy, *what, &Request::create(o, &labels), |got| {
+            *got == Verdict::Admit
+        });
+    }
+    for (what, o) in &denied {
+        checks.expect(
+            &policy,
+            *what,
+            &Request::create(o, &labels),
+            denies_a_root_prep,
+        );
+    }
+    assert_no_failures(&checks.run());
 }
 
 /// Only opted-in namespaces in enforce are bound: by label, by an unknown label value, or by
 /// --default-mode enforce; warn, audit, off, not opted in and exempt ones are not.
 #[test]
 fn only_enforce_namespaces_are_bound() {
-    on_big_stack(only_enforce_namespaces_are_bound_on_this_thread);
-}
-
-fn only_enforce_namespaces_are_bound_on_this_thread() {
     let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -1207,52 +1441,58 @@ fn only_enforce_namespaces_are_bound_on_this_thread() {
 /// The match conditions leave out what the webhooks' leave out.
 #[test]
 fn match_conditions_mirror_the_webhooks() {
-    on_big_stack(match_conditions_mirror_the_webhooks_on_this_thread);
-}
-
-fn match_conditions_mirror_the_webhooks_on_this_thread() {
     let cfg = configs()[0].1.clone();
     let mut sel = selection();
     sel.exclude_priority_classes = vec!["system-node-critical".into()];
     let policy = Policy::new(&cfg, &sel);
     let labels = enforce_labels();
+    let mut checks = Checks::default();
+    let denied = |got: &Verdict| matches!(got, Verdict::Deny(_));
+    let not_matched = |got: &Verdict| *got == Verdict::NotMatched;
     let root = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "i", "securityContext": {"runAsUser": 0}}]}});
-    let deny = |r: &Request| matches!(evaluate(&policy, r).unwrap(), Verdict::Deny(_));
-    assert!(deny(&Request::create(&root, &labels)));
+    checks.expect(&policy, "root", &Request::create(&root, &labels), denied);
     let mut mirror = root.clone();
     mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
-    assert_eq!(
-        evaluate(&policy, &Request::create(&mirror, &labels)).unwrap(),
-        Verdict::NotMatched
+    checks.expect(
+        &policy,
+        "a mirror pod",
+        &Request::create(&mirror, &labels),
+        not_matched,
     );
     let mut own = Request::create(&root, &labels);
     own.username = "system:serviceaccount:modelgate:modelgate";
-    assert_eq!(evaluate(&policy, &own).unwrap(), Verdict::NotMatched);
+    checks.expect(&policy, "modelgate's own account", &own, not_matched);
     let mut exempt = Request::create(&root, &labels);
-    exempt.namespace = "kube-system";
-    assert_eq!(evaluate(&policy, &exempt).unwrap(), Verdict::NotMatched);
+    exempt.namespace = Some("kube-system");
+    checks.expect(&policy, "an exempt namespace", &exempt, not_matched);
     let mut critical = root.clone();
     critical["spec"]["priorityClassName"] = json!("system-node-critical");
-    assert_eq!(
-        evaluate(&policy, &Request::create(&critical, &labels)).unwrap(),
-        Verdict::NotMatched
+    checks.expect(
+        &policy,
+        "an excluded priority class",
+        &Request::create(&critical, &labels),
+        not_matched,
     );
     // A scale of a Deployment leaves its template as it was: not judged; a changed one is.
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
         "spec": {"replicas": 3, "template": {"spec": root["spec"].clone()}}});
     let mut scaled = deployment.clone();
     scaled["spec"]["replicas"] = json!(1);
-    let mut update = Request::create(&scaled, &labels);
-    update.operation = "UPDATE";
-    update.old_object = Some(&deployment);
-    assert_eq!(evaluate(&policy, &update).unwrap(), Verdict::NotMatched);
+    checks.expect(
+        &policy,
+        "a scaled Deployment",
+        &Request::update(&scaled, &deployment, &labels),
+        not_matched,
+    );
     let fixed = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
         "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-    let mut update = Request::create(&deployment, &labels);
-    update.operation = "UPDATE";
-    update.old_object = Some(&fixed);
-    assert!(deny(&update));
+    checks.expect(
+        &policy,
+        "a Deployment template changed to root",
+        &Request::update(&deployment, &fixed, &labels),
+        denied,
+    );
     // An ephemeral container added to a running pod: the ranges of the whole pod and the
     // ephemeral containers' runAsNonRoot are judged; the other containers' runAsNonRoot is
     // not (they are immutable and already run), as by the webhook's /validate.
@@ -1262,46 +1502,45 @@ fn match_conditions_mirror_the_webhooks_on_this_thread() {
     let mut running = old_pod.clone();
     running["spec"]["ephemeralContainers"] =
         json!([{"name": "debug", "image": "busybox", "securityContext": {"runAsNonRoot": false}}]);
-    let mut ephemeral = Request::create(&running, &labels);
-    ephemeral.operation = "UPDATE";
+    let mut ephemeral = Request::update(&running, &old_pod, &labels);
     ephemeral.sub_resource = "ephemeralcontainers";
-    ephemeral.old_object = Some(&old_pod);
-    let got = evaluate(&policy, &ephemeral).unwrap();
-    assert!(
-        got.message().contains(
-            "spec.ephemeralContainers[0].securityContext.runAsNonRoot: false is not allowed"
-        ),
-        "{got:?}"
-    );
-    assert!(
-        !got.message().contains("spec.containers[0]"),
-        "the running containers judged again: {got:?}"
-    );
+    checks.add(&policy, "a root debug container", &ephemeral, |got| {
+        let mut out = Vec::new();
+        if !got.message().contains(
+            "spec.ephemeralContainers[0].securityContext.runAsNonRoot: false is not allowed",
+        ) {
+            out.push(format!("a root debug container: {got:?}"));
+        }
+        if got.message().contains("spec.containers[0]") {
+            out.push(format!("the running containers judged again: {got:?}"));
+        }
+        out
+    });
     let mut fixed_debug = running.clone();
     fixed_debug["spec"]["ephemeralContainers"][0]["securityContext"] =
         json!({"runAsNonRoot": true});
-    let mut ephemeral = Request::create(&fixed_debug, &labels);
-    ephemeral.operation = "UPDATE";
+    let mut ephemeral = Request::update(&fixed_debug, &old_pod, &labels);
     ephemeral.sub_resource = "ephemeralcontainers";
-    ephemeral.old_object = Some(&old_pod);
-    assert!(
-        !deny(&ephemeral),
-        "kubectl debug refused on a pod that predates the policy"
+    checks.expect(
+        &policy,
+        "kubectl debug on a pod that predates the policy",
+        &ephemeral,
+        move |got| !denied(got),
     );
+    assert_no_failures(&checks.run());
 }
 
 /// The custom resources of §12 (`tests/fixtures/ml-kinds`, every default kind of the table):
 /// the backstop judges only the ranges of complete templates, and names each finding by the
 /// template's own path as the webhook does. Each object as it is, then with `runAsUser: 0` in
 /// the first container of every template: the backstop denies exactly the range fields that the
-/// webhook's `/validate` denies (a partial template: never, the webhook only warns); an UPDATE
-/// that changes no template is not matched, one that changes a template is judged.
+/// webhook's `/validate` denies (a partial template: never, the webhook only warns), naming
+/// each, except that of a list (of templates, of containers) it names the first element with
+/// findings and counts the others; an UPDATE that changes no template is not judged (never
+/// denied), one that changes a template is. A cluster-scoped kind's requests have no
+/// namespace.
 #[test]
 fn ml_custom_resources_agree_with_the_webhook() {
-    on_big_stack(ml_custom_resources_agree_with_the_webhook_on_this_thread);
-}
-
-fn ml_custom_resources_agree_with_the_webhook_on_this_thread() {
     let cfg = PolicyConfig::default();
     let policy = Policy::new(&cfg, &selection());
     let hooks = Webhooks::new(cfg.clone());
@@ -1322,7 +1561,8 @@ fn ml_custom_resources_agree_with_the_webhook_on_this_thread() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    let (mut judged, mut denied_by_both) = (0, 0);
+    // Every object judged, with its variants, before the checks (which borrow them) are made.
+    let mut objects = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         for doc in read_documents(&path.display().to_string(), &text).unwrap() {
@@ -1332,12 +1572,13 @@ fn ml_custom_resources_agree_with_the_webhook_on_this_thread() {
             let row = cfg
                 .workload_kinds
                 .find_api_version(api_version, kind)
-                .unwrap_or_else(|| panic!("{api_version} {kind}: not in the table"));
+                .unwrap_or_else(|| panic!("{api_version} {kind}: not in the table"))
+                .clone();
             let label = format!("{} {kind} {}", path.display(), object["metadata"]["name"]);
             // As it is, and with root in the first container of every template.
             let mut rooted = object.clone();
             let text = serde_json::to_string(&object).unwrap();
-            for t in admission::templates_of(row, &text).unwrap() {
+            for t in admission::templates_of(&row, &text).unwrap() {
                 let spec = match t.shape {
                     admission::Shape::PodTemplateSpec => format!("{}/spec", t.pointer),
                     admission::Shape::PodSpec => t.pointer.clone(),
@@ -1346,63 +1587,87 @@ fn ml_custom_resources_agree_with_the_webhook_on_this_thread() {
                     c["securityContext"]["runAsUser"] = json!(0);
                 }
             }
-            for (variant, o) in [("as is", &object), ("rooted", &rooted)] {
-                judged += 1;
-                let validated = hooks.call(Webhook::Validate, &create_review("uid", o, "team-a"));
-                let mut want = range_fields(if validated.allowed {
-                    Vec::new()
-                } else {
-                    denied_fields(&validated.message)
-                });
-                // A partial template's findings are warnings: the backstop never denies them.
-                if row.is_partial() {
-                    want.clear();
-                }
-                let got = evaluate(&policy, &Request::create(o, &labels))
-                    .unwrap_or_else(|e| panic!("{label} ({variant}): the policy errors: {e}"));
-                let got_fields = match &got {
-                    Verdict::Deny(messages) => {
-                        range_fields(messages.iter().flat_map(|m| denied_fields(m)).collect())
-                    }
-                    _ => Vec::new(),
-                };
-                assert_eq!(
-                    got_fields, want,
-                    "{label} ({variant}): the backstop {got:?}, the webhook: {}",
-                    validated.message
-                );
-                if !want.is_empty() {
-                    denied_by_both += 1;
-                }
-                if row.is_partial() {
-                    assert_eq!(
-                        got,
-                        Verdict::NotMatched,
-                        "{label}: a partial kind is not matched"
-                    );
-                    continue;
-                }
-                // An UPDATE that leaves the templates as they were is not judged; one that
-                // changes a template is.
+            let relabel = |o: &Value| {
                 let mut relabelled = o.clone();
                 relabelled["metadata"]["labels"]["touched"] = json!("yes");
-                let mut update = Request::create(&relabelled, &labels);
-                update.operation = "UPDATE";
-                update.old_object = Some(o);
-                assert_eq!(
-                    evaluate(&policy, &update).unwrap(),
-                    Verdict::NotMatched,
-                    "{label} ({variant}): an UPDATE of the labels only"
+                relabelled
+            };
+            let relabelled = [relabel(&object), relabel(&rooted)];
+            objects.push((label, row, object, rooted, relabelled));
+        }
+    }
+    let mut checks = Checks::default();
+    let (mut judged, mut denied_by_both) = (0, 0);
+    for (label, row, object, rooted, relabelled) in &objects {
+        for ((variant, o), relabelled) in [("as is", object), ("rooted", rooted)]
+            .into_iter()
+            .zip(relabelled)
+        {
+            judged += 1;
+            let validated = hooks.call(Webhook::Validate, &create_review("uid", o, "team-a"));
+            let mut want = range_fields(if validated.allowed {
+                Vec::new()
+            } else {
+                denied_fields(&validated.message)
+            });
+            // A partial template's findings are warnings: the backstop never denies them.
+            let partial = row.is_partial();
+            if partial {
+                want.clear();
+            }
+            if !want.is_empty() {
+                denied_by_both += 1;
+            }
+            let webhook_message = validated.message.clone();
+            let what = format!("{label} ({variant})");
+            let expected = want.clone();
+            checks.add(
+                &policy,
+                what.clone(),
+                &Request::create(o, &labels),
+                move |got| {
+                    let mut out = Vec::new();
+                    let problems = match got {
+                        Verdict::Deny(messages) => {
+                            let named: Vec<String> =
+                                messages.iter().flat_map(|m| denied_fields(m)).collect();
+                            let summaries: Vec<(String, usize)> =
+                                messages.iter().flat_map(|m| counted_lists(m)).collect();
+                            same_findings(&expected, &range_fields(named), &summaries)
+                        }
+                        _ if expected.is_empty() => Vec::new(),
+                        _ => vec!["the backstop does not deny".to_string()],
+                    };
+                    if !problems.is_empty() {
+                        out.push(format!(
+                            "{what}: {}\n  the backstop {got:?}\n  the webhook: {webhook_message}",
+                            problems.join("; ")
+                        ));
+                    }
+                    if partial && *got != Verdict::NotMatched {
+                        out.push(format!("{what}: a partial kind is not matched: {got:?}"));
+                    }
+                    out
+                },
+            );
+            if partial {
+                continue;
+            }
+            // An UPDATE that leaves the templates as they were is not judged (never denied,
+            // even with root in a template); one that changes a template is.
+            checks.expect(
+                &policy,
+                format!("{label} ({variant}): an UPDATE of the labels only"),
+                &Request::update(relabelled, o, &labels),
+                |got| !matches!(got, Verdict::Deny(_)),
+            );
+            if variant == "rooted" && !want.is_empty() && rooted != object {
+                checks.expect(
+                    &policy,
+                    format!("{label}: an UPDATE that puts root in a template"),
+                    &Request::update(rooted, object, &labels),
+                    |got| matches!(got, Verdict::Deny(_)),
                 );
-                if variant == "rooted" && !want.is_empty() && rooted != object {
-                    let mut update = Request::create(&rooted, &labels);
-                    update.operation = "UPDATE";
-                    update.old_object = Some(&object);
-                    assert!(
-                        matches!(evaluate(&policy, &update).unwrap(), Verdict::Deny(_)),
-                        "{label}: an UPDATE that puts root in a template"
-                    );
-                }
             }
         }
     }
@@ -1411,4 +1676,304 @@ fn ml_custom_resources_agree_with_the_webhook_on_this_thread() {
         judged >= 40 && denied_by_both >= 20,
         "{judged} judged, {denied_by_both} denied"
     );
+    assert_no_failures(&checks.run());
+}
+
+/// The lists whose other elements a backstop message counts instead of naming them
+/// (`<list>: <n> more …`), with the count.
+fn counted_lists(message: &str) -> Vec<(String, usize)> {
+    let list = message.split(". ").next().unwrap_or_default();
+    list.split("; ")
+        .filter_map(|entry| entry.split_once(": "))
+        .filter_map(|(path, problem)| {
+            let (n, rest) = problem.split_once(' ')?;
+            rest.starts_with("more ")
+                .then(|| n.parse().ok().map(|n| (path.to_string(), n)))?
+        })
+        .collect()
+}
+
+/// How the backstop's range findings differ from the webhook's (`want`, all named): the
+/// backstop names no field the webhook does not, and every field of the webhook, except that
+/// under a list of templates or containers it names the first element with findings and
+/// counts the others (`summaries`).
+fn same_findings(want: &[String], named: &[String], summaries: &[(String, usize)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in named {
+        if !want.contains(f) {
+            out.push(format!("names {f}, which the webhook does not deny"));
+        }
+    }
+    for f in want {
+        let counted = summaries
+            .iter()
+            .any(|(list, _)| f.starts_with(&format!("{list}[")));
+        if !named.contains(f) && !counted {
+            out.push(format!("neither names nor counts {f}"));
+        }
+    }
+    for (list, n) in summaries {
+        let mut elements: Vec<&str> = want
+            .iter()
+            .filter_map(|f| f.strip_prefix(&format!("{list}[")))
+            .filter_map(|rest| rest.split_once(']').map(|(index, _)| index))
+            .collect();
+        elements.sort();
+        elements.dedup();
+        if elements.len() != n + 1 {
+            out.push(format!(
+                "counts {n} more under {list}, the webhook denies {} elements of it",
+                elements.len()
+            ));
+        }
+    }
+    out
+}
+
+/// `request` as the API server binds it: the keys of an empty `omitempty` field are absent.
+#[test]
+fn requests_are_bound_as_the_api_server_binds_them() {
+    let policy = Policy::new(&PolicyConfig::default(), &selection());
+    let labels = enforce_labels();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "llama-server"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let case = policy.case("pod", &Request::create(&pod, &labels)).unwrap();
+    assert_eq!(
+        case.request,
+        json!({"uid": "", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "llama-server", "namespace": "team-a", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:team-a:deployer",
+                "groups": ["system:authenticated"]},
+            "object": null, "oldObject": null, "dryRun": false, "options": null})
+    );
+    assert_eq!(case.object["metadata"]["namespace"], "team-a");
+    assert_eq!(
+        case.namespace_object,
+        json!({"metadata": {"name": "team-a", "labels": {
+            "kubernetes.io/metadata.name": "team-a", "modelgate.io/inject": "enabled"}}})
+    );
+    let mut debug = Request::update(&pod, &pod, &labels);
+    debug.sub_resource = "ephemeralcontainers";
+    let case = policy.case("debug", &debug).unwrap();
+    assert_eq!(case.request["subResource"], "ephemeralcontainers");
+    assert_eq!(case.request["requestSubResource"], "ephemeralcontainers");
+    assert_eq!(case.request["resource"]["resource"], "pods");
+    let runtime = cluster_training_runtime(json!({"runAsNonRoot": true}));
+    let case = policy
+        .case("runtime", &Request::create(&runtime, &labels))
+        .unwrap();
+    let request = case.request.as_object().unwrap();
+    assert!(!request.contains_key("namespace"), "{request:?}");
+    assert!(!request.contains_key("subResource"), "{request:?}");
+    assert_eq!(request["resource"]["resource"], "clustertrainingruntimes");
+    assert_eq!(case.namespace_object, Value::Null);
+}
+
+/// Kubeflow Trainer's ClusterTrainingRuntime (scope Cluster in the workload-kind table), its
+/// one template's first container with this securityContext.
+fn cluster_training_runtime(security_context: Value) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-distributed"},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                    "securityContext": security_context}]}}}}}]}}}})
+}
+
+/// A cluster-scoped kind of the workload-kind table is decided on CREATE and UPDATE, with no
+/// `namespace` in the request and `namespaceObject` null: a compliant template admitted, an
+/// out-of-range `runAsUser` denied naming the field.
+#[test]
+fn cluster_scoped_kinds_are_decided() {
+    let policy = Policy::new(&configs()[0].1, &selection());
+    let labels = enforce_labels();
+    let field = "spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].securityContext.runAsUser";
+    let compliant = cluster_training_runtime(json!({"runAsNonRoot": true, "runAsUser": 1000}));
+    let other = cluster_training_runtime(json!({"runAsNonRoot": true, "runAsUser": 2000}));
+    let rooted = cluster_training_runtime(json!({"runAsUser": 0}));
+    let mut relabelled = rooted.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "b"});
+    let admitted = |got: &Verdict| *got == Verdict::Admit;
+    let names_the_field = |got: &Verdict| {
+        matches!(got, Verdict::Deny(_))
+            && got
+                .message()
+                .contains(&format!("{field}: 0 is outside 1..2147483647"))
+    };
+    let mut checks = Checks::default();
+    checks.expect(
+        &policy,
+        "CREATE compliant",
+        &Request::create(&compliant, &labels),
+        admitted,
+    );
+    checks.expect(
+        &policy,
+        "CREATE with runAsUser 0",
+        &Request::create(&rooted, &labels),
+        names_the_field,
+    );
+    checks.expect(
+        &policy,
+        "UPDATE to another compliant template",
+        &Request::update(&compliant, &other, &labels),
+        admitted,
+    );
+    checks.expect(
+        &policy,
+        "UPDATE to runAsUser 0",
+        &Request::update(&rooted, &compliant, &labels),
+        names_the_field,
+    );
+    checks.expect(
+        &policy,
+        "UPDATE of the labels only (not judged)",
+        &Request::update(&relabelled, &rooted, &labels),
+        |got| !matches!(got, Verdict::Deny(_)),
+    );
+    let n = checks.len();
+    assert_no_failures(&checks.run());
+    assert_eq!(n, 5);
+}
+
+/// A pod of `n` containers and `n` init containers, each with `env` variables and this
+/// securityContext (none when null).
+fn large_pod(n: usize, init: usize, env: usize, security_context: &Value) -> Value {
+    let container = |prefix: &str, i: usize| {
+        let mut c = json!({"name": format!("{prefix}-{i}"), "image": "registry.example/app:1",
+            "env": (0..env).map(|e| json!({"name": format!("VARIABLE_{e}"), "value": format!("value-{e}")}))
+                .collect::<Vec<_>>()});
+        if env == 0 {
+            c.as_object_mut().unwrap().remove("env");
+        }
+        if !security_context.is_null() {
+            c["securityContext"] = security_context.clone();
+        }
+        c
+    };
+    let mut spec = json!({"containers": (0..n).map(|i| container("app", i)).collect::<Vec<_>>()});
+    if init > 0 {
+        spec["initContainers"] = json!((0..init).map(|i| container("init", i)).collect::<Vec<_>>());
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "large", "namespace": "team-a"},
+        "spec": spec})
+}
+
+/// Large pods under strict cost: denied by a validation that names the first violation of each
+/// list, never an evaluation error (a cost limit) nor a message the API server drops (over
+/// 5 KiB); a compliant one of the same size admitted.
+#[test]
+fn large_pods_are_decided_within_the_cost_limits() {
+    let policy = Policy::new(&configs()[0].1, &selection());
+    let labels = enforce_labels();
+    let names = |fields: &'static [&'static str]| {
+        move |got: &Verdict| {
+            matches!(got, Verdict::Deny(_)) && fields.iter().all(|f| got.message().contains(f))
+        }
+    };
+    type Holds = Box<dyn Fn(&Verdict) -> bool>;
+    let cases: Vec<(&str, Value, Holds)> = vec![
+        (
+            "50 and 50 init containers of 100 env entries, none non-root",
+            large_pod(50, 50, 100, &Value::Null),
+            Box::new(names(&[
+                "spec.initContainers[0].securityContext.runAsNonRoot",
+                "spec.containers[0].securityContext.runAsNonRoot",
+            ])),
+        ),
+        (
+            "50 and 50 init containers of 100 env entries, none non-root, runAsUser 0",
+            large_pod(50, 50, 100, &json!({"runAsUser": 0})),
+            Box::new(names(&[
+                "spec.initContainers[0].securityContext.runAsNonRoot",
+                "spec.containers[0].securityContext.runAsNonRoot",
+                "spec.initContainers[0].securityContext.runAsUser",
+                "spec.containers[0].securityContext.runAsUser",
+            ])),
+        ),
+        (
+            "50 and 50 init containers of 100 env entries, compliant",
+            large_pod(
+                50,
+                50,
+                100,
+                &json!({"runAsNonRoot": true, "runAsUser": 1000}),
+            ),
+            Box::new(|got: &Verdict| *got == Verdict::Admit),
+        ),
+        (
+            "2000 containers, each runAsUser 0",
+            large_pod(2000, 0, 0, &json!({"runAsUser": 0})),
+            Box::new(names(&["spec.containers[0].securityContext.runAs"])),
+        ),
+    ];
+    let mut checks = Checks::default();
+    for (what, pod, holds) in &cases {
+        checks.expect(&policy, *what, &Request::create(pod, &labels), holds);
+    }
+    assert_no_failures(&checks.run());
+}
+
+/// The most extra workload kinds the backstop supports
+/// ([`backstop::MAX_EXTRA_WORKLOAD_KINDS`]), each a single complete template at
+/// `spec.template`: the policy compiles with no error in every version, and the last kind is
+/// judged.
+#[test]
+fn the_most_extra_workload_kinds_compile_and_are_judged() {
+    let n = backstop::MAX_EXTRA_WORKLOAD_KINDS;
+    assert!(n > 0);
+    let rows: String = (0..n)
+        .map(|i| {
+            format!(
+                "- group: example.com\n  versions: [v1]\n  kind: Custom{i}\n  plural: custom{i}s\n  \
+                 templates: [{{path: spec.template}}]\n"
+            )
+        })
+        .collect();
+    let table = WorkloadKinds::defaults()
+        .with_file(&rows, "extra kinds")
+        .expect("the extra kinds");
+    assert_eq!(
+        table.entries().len(),
+        WorkloadKinds::defaults().entries().len() + n
+    );
+    let cfg = PolicyConfig {
+        workload_kinds: Arc::new(table),
+        ..configs()[0].1.clone()
+    };
+    let policy = Policy::new(&cfg, &selection());
+    let labels = enforce_labels();
+    let custom = |i: usize, security_context: Value| {
+        json!({"apiVersion": "example.com/v1", "kind": format!("Custom{i}"),
+            "metadata": {"name": "x", "namespace": "team-a"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i",
+                "securityContext": security_context}]}}}})
+    };
+    let last_rooted = custom(n - 1, json!({"runAsUser": 0}));
+    let last_compliant = custom(n - 1, json!({"runAsNonRoot": true, "runAsUser": 1000}));
+    let first_rooted = custom(0, json!({"runAsUser": 0}));
+    let field = "spec.template.spec.containers[0].securityContext.runAsUser: 0 is outside";
+    let mut checks = Checks::default();
+    checks.expect(
+        &policy,
+        format!("Custom{} with runAsUser 0", n - 1),
+        &Request::create(&last_rooted, &labels),
+        |got| matches!(got, Verdict::Deny(_)) && got.message().contains(field),
+    );
+    checks.expect(
+        &policy,
+        "Custom0 with runAsUser 0",
+        &Request::create(&first_rooted, &labels),
+        |got| matches!(got, Verdict::Deny(_)) && got.message().contains(field),
+    );
+    checks.expect(
+        &policy,
+        format!("Custom{} compliant", n - 1),
+        &Request::create(&last_compliant, &labels),
+        |got| *got == Verdict::Admit,
+    );
+    assert_no_failures(&checks.run());
 }

@@ -91,7 +91,7 @@ impl BackstopArgs {
 pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
     let (cfg, selection) = args.into_parts();
     let mut out = String::new();
-    for object in backstop::objects(&cfg, &selection) {
+    for object in backstop::objects(&cfg, &selection)? {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&object)?);
         if !out.ends_with('\n') {

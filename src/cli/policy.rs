@@ -11,9 +11,9 @@ use clap::{Args, ValueEnum};
 
 use crate::admission::WorkloadKinds;
 use crate::config::{
-    CacheLayout, IdSetting, PolicyConfig, PrepMode, absolute_path, non_empty, parse_fsgroup,
-    parse_gid_or_none, parse_init_container_user, parse_prep_host_path, parse_uid_or_none,
-    shell_safe_path,
+    CacheLayout, IdSetting, PodSecurityLevel, PolicyConfig, PrepMode, absolute_path, non_empty,
+    parse_fsgroup, parse_gid_or_none, parse_init_container_user, parse_prep_host_path,
+    parse_prep_volume_type, parse_uid_or_none, shell_safe_path,
 };
 use crate::namespaces::Mode;
 
@@ -22,6 +22,25 @@ use crate::namespaces::Mode;
 pub enum PrepModeArg {
     Always,
     Never,
+}
+
+/// `--pod-security-default` ([`PodSecurityLevel`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PodSecurityLevelArg {
+    #[default]
+    Privileged,
+    Baseline,
+    Restricted,
+}
+
+impl From<PodSecurityLevelArg> for PodSecurityLevel {
+    fn from(level: PodSecurityLevelArg) -> Self {
+        match level {
+            PodSecurityLevelArg::Privileged => PodSecurityLevel::Privileged,
+            PodSecurityLevelArg::Baseline => PodSecurityLevel::Baseline,
+            PodSecurityLevelArg::Restricted => PodSecurityLevel::Restricted,
+        }
+    }
 }
 
 /// `--cache-layout` ([`CacheLayout`]).
@@ -132,6 +151,25 @@ pub struct PolicyArgs {
     )]
     pub prep_host_paths: Vec<String>,
 
+    /// An inline volume type (nfs, csi, cephfs, …) whose cache volume may still get the root
+    /// prep (repeatable; none by default: only claims and claim templates get it, since an
+    /// inline volume names its storage, a server or disk of the pod's choosing).
+    #[arg(
+        long = "prep-volume-type",
+        env = "MODELGATE_PREP_VOLUME_TYPE",
+        value_name = "TYPE",
+        value_delimiter = ',',
+        value_parser = parse_prep_volume_type
+    )]
+    pub prep_volume_types: Vec<String>,
+
+    /// The Pod Security level of a namespace without a pod-security.kubernetes.io/enforce
+    /// label, as the cluster's PSA configuration sets it: under restricted no root prep is
+    /// injected there (the API server would refuse it).
+    #[arg(long, env = "MODELGATE_POD_SECURITY_DEFAULT", value_enum,
+          default_value_t = PodSecurityLevelArg::Privileged)]
+    pub pod_security_default: PodSecurityLevelArg,
+
     /// A YAML file of workload kinds whose pod templates are judged at apply time (SPEC.md
     /// §12): each entry (group, versions, kind, plural, templates: [{path, shape,
     /// completeness}]) is added to the built-in table, or replaces its row of the same group
@@ -178,6 +216,8 @@ impl PolicyArgs {
             exempt_namespaces: self.exempt_namespaces,
             default_mode: self.default_mode.into(),
             prep_host_paths: self.prep_host_paths,
+            prep_volume_types: self.prep_volume_types,
+            pod_security_default: self.pod_security_default.into(),
             workload_kinds: self.workload_kinds.unwrap_or_else(WorkloadKinds::defaults),
         }
         // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).

@@ -130,7 +130,7 @@ mod tests {
         let ns = objects.lock().unwrap().clone();
         assert_eq!(ns.len(), 2);
         assert_eq!(ns.mode("a", Mode::Enforce).mode, Mode::Warn);
-        assert!(ns.enforces_restricted("b"));
+        assert!(ns.enforces_restricted("b", crate::config::PodSecurityLevel::Privileged));
         assert_eq!(ns.mode("from-files", Mode::Enforce).mode, Mode::Enforce);
     }
 

@@ -73,6 +73,8 @@ POLICY_FLAGS = {
     "--exempt-namespace",
     "--cache-layout",
     "--prep-host-path",
+    "--prep-volume-type",
+    "--pod-security-default",
 }
 
 

@@ -158,6 +158,8 @@ def test_schema_accepts_init_container_user(assets: Assets, v: str) -> None:
         ("/audit/pageSize", ["--set", "audit.pageSize=0"]),
         ("/audit", ["--set", "audit.reportAPI=openreports"]),
         ("/prepHostPaths/0", ["--set", "prepHostPaths={data/models}"]),
+        ("/prepVolumeTypes/0", ["--set", "prepVolumeTypes={hostPath}"]),
+        ("/podSecurityDefault", ["--set", "podSecurityDefault=strict"]),
         ("/cacheMountPath", ["--set", "cacheMountPath=/my models"]),
     ],
     ids=lambda v: v if isinstance(v, str) else " ".join(v),
@@ -179,6 +181,9 @@ def test_schema_rejects(assets: Assets, field: str, args: list[str]) -> None:
         ("--idle-timeout=300s", ["--set", "limits.idleTimeoutSeconds=300"]),
         ("--prep-host-path=/data/models", ["--set", "prepHostPaths={/data/models,/srv/cache}"]),
         ("--prep-host-path=/srv/cache", ["--set", "prepHostPaths={/data/models,/srv/cache}"]),
+        ("--prep-volume-type=nfs", ["--set", "prepVolumeTypes={nfs,csi}"]),
+        ("--prep-volume-type=csi", ["--set", "prepVolumeTypes={nfs,csi}"]),
+        ("--pod-security-default=restricted", ["--set", "podSecurityDefault=restricted"]),
     ],
 )
 def test_schema_accepts(assets: Assets, want: str, args: list[str]) -> None:

@@ -53,8 +53,11 @@ def test_default_match_conditions_keep_out_mirror_pods_own_account_and_namespace
         if name != CONTROLLERS_HOOK:
             assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in conds["exclude-mirror-pods"]
             assert "request.kind.kind != 'Pod'" in conds["exclude-mirror-pods"]
-        assert conds["exclude-own-service-account"] == ("request.userInfo.username != 'system:serviceaccount:modelgate-system:modelgate'")
-        assert conds["exclude-exempt-namespaces"] == "!(request.namespace in ['kube-system','modelgate-system'])"
+        # Fields the API server may leave out of the request (omitempty) are read with optional access.
+        assert conds["exclude-own-service-account"] == (
+            "request.userInfo.?username.orValue('') != 'system:serviceaccount:modelgate-system:modelgate'"
+        )
+        assert conds["exclude-exempt-namespaces"] == "!(request.?namespace.orValue('') in ['kube-system','modelgate-system'])"
 
 
 def test_controllers_entry_skips_an_unchanged_template_and_is_never_mutated(assets: Assets) -> None:

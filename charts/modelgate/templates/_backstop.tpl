@@ -1,8 +1,9 @@
 {{/*
 The backstop's expressions for the custom resources of the workload-kind table (SPEC.md section
 12), rendered from the same table as the webhook rules ("modelgate.workloadKinds", with
-workloadKinds.extra): the text is the binary's (`modelgate backstop`), which
-tests/assets/test_backstop.py compares with this render.
+workloadKinds.extra): the text is the binary's (`modelgate backstop`,
+crates/modelgate-core/src/backstop.rs: table_row, walk), which tests/assets/test_backstop.py
+compares with this render.
 */}}
 
 {{/* The rows the backstop judges: not the built-in controllers, and with a complete template. */}}
@@ -21,47 +22,82 @@ tests/assets/test_backstop.py compares with this render.
 {{- toJson $out -}}
 {{- end -}}
 
-{{/* A request for any of those rows (false without rows). */}}
-{{- define "modelgate.backstopTableKind" -}}
-{{- $rows := list -}}
-{{- range (include "modelgate.backstopTableKinds" . | fromJsonArray) -}}
-{{- $rows = append $rows (printf "(%s)" (include "modelgate.celKind" .)) -}}
+{{/*
+How many of those rows workloadKinds.extra adds (not a row of the shipped table replaced): the
+binary refuses more than MAX_EXTRA_WORKLOAD_KINDS (32), each row being a variable of its own
+that every API server compiles.
+*/}}
+{{- define "modelgate.backstopAddedKinds" -}}
+{{- $shipped := list -}}
+{{- range (.Files.Get "files/workload-kinds.yaml" | fromYamlArray) -}}
+{{- $shipped = append $shipped (printf "%s/%s" (default "" .group) .kind) -}}
 {{- end -}}
-{{- if $rows -}}{{ printf "(%s)" (join " || " $rows) }}{{- else -}}false{{- end -}}
+{{- $added := 0 -}}
+{{- range (include "modelgate.backstopTableKinds" . | fromJsonArray) -}}
+{{- if not (has (printf "%s/%s" (default "" .group) .kind) $shipped) -}}
+{{- $added = add1 $added -}}
+{{- end -}}
+{{- end -}}
+{{- $added -}}
 {{- end -}}
 
-{{/* For each row, a request of its kind changed one of its templates (or is not an UPDATE). */}}
-{{- define "modelgate.backstopTemplatesChanged" -}}
-{{- $rows := list -}}
+{{/* The rows' `group/Kind` as a CEL list, as variables.kindKey reads a request's. */}}
+{{- define "modelgate.backstopKindKeys" -}}
+{{- $keys := list -}}
 {{- range (include "modelgate.backstopTableKinds" . | fromJsonArray) -}}
-{{- $any := list -}}
-{{- range .templates -}}
-{{- $any = append $any (printf "(%s)" (include "modelgate.templateChanged" .path)) -}}
+{{- $keys = append $keys (printf "'%s/%s'" (default "" .group) .kind) -}}
 {{- end -}}
-{{- $rows = append $rows (printf "(!(%s) || (request.operation != 'UPDATE' || %s))" (include "modelgate.celKind" .) (join " || " $any)) -}}
-{{- end -}}
-{{- if $rows -}}{{ join " && " $rows }}{{- else -}}true{{- end -}}
+{{- printf "[%s]" (join ", " $keys) -}}
 {{- end -}}
 
-{{/* For each row, its one template at a fixed path is not of the excluded classes (.classes). */}}
-{{- define "modelgate.backstopPriorityExcluded" -}}
-{{- $classes := .classes -}}
-{{- $rows := list -}}
-{{- range (include "modelgate.backstopTableKinds" .root | fromJsonArray) -}}
-{{- $t := first .templates -}}
-{{- $value := "true" -}}
-{{- if and (eq (len .templates) 1) (not (contains "*" $t.path)) (eq (default "PodTemplateSpec" $t.shape) "PodTemplateSpec") -}}
+{{/*
+One row's variable (.row; .classes: the excluded priority classes as JSON, or empty): for a
+request of its kind that creates it or changes one of its templates, and whose one template is
+not of an excluded class, the findings of every complete template as one string; else ''.
+*/}}
+{{- define "modelgate.backstopTableRow" -}}
+{{- $row := .row -}}
+{{- $changed := list -}}
+{{- range $row.templates -}}
+{{- $changed = append $changed (printf "(%s)" (include "modelgate.templateChanged" .path)) -}}
+{{- end -}}
+{{- $priority := "true" -}}
+{{- if .classes -}}
+{{- $t := first $row.templates -}}
+{{- if and (eq (len $row.templates) 1) (not (contains "*" $t.path)) (eq (default "PodTemplateSpec" $t.shape) "PodTemplateSpec") -}}
 {{- $keys := concat (splitList "." $t.path) (list "spec" "priorityClassName") -}}
-{{- $value = printf "!(%s) || !(%s in %s)" (include "modelgate.celHas" (dict "root" "object" "keys" $keys)) (include "modelgate.celGet" (dict "root" "object" "keys" $keys)) $classes -}}
+{{- $priority = printf "!(%s) || !(%s in %s)" (include "modelgate.celHas" (dict "root" "object" "keys" $keys)) (include "modelgate.celGet" (dict "root" "object" "keys" $keys)) .classes -}}
 {{- end -}}
-{{- $rows = append $rows (printf "(!(%s) || (%s))" (include "modelgate.celKind" .) $value) -}}
 {{- end -}}
-{{- if $rows -}}{{ join " && " $rows }}{{- else -}}true{{- end -}}
+{{- $templates := list -}}
+{{- range $row.templates -}}
+{{- if ne (default "complete" .completeness) "partial" -}}
+{{- $walk := dict "steps" (include "modelgate.backstopSteps" .path | fromJsonArray) "value" "object" "dyn" "" "tail" "" "shape" (default "PodTemplateSpec" .shape) "depth" 0 -}}
+{{- $templates = append $templates (include "modelgate.backstopWalk" $walk) -}}
+{{- end -}}
+{{- end -}}
+{{- printf "variables.kindKey == '%s/%s' && (request.operation != 'UPDATE' || %s) && (%s) ? [%s].filter(s, s != '').join('; ') : ''" (default "" $row.group) $row.kind (join " || " $changed) $priority (join ", " $templates) -}}
 {{- end -}}
 
-{{/* The ranges of one pod spec @POD@, its fields named under the CEL string @PATH@. */}}
-{{- define "modelgate.backstopRanges" -}}
-(has(@POD@.securityContext) && has(@POD@.securityContext.runAsUser) && (@POD@.securityContext.runAsUser < 1 || @POD@.securityContext.runAsUser > 2147483647) ? [@PATH@ + '.securityContext.runAsUser' + ': ' + string(@POD@.securityContext.runAsUser) + ' is outside 1..2147483647'] : []) + (has(@POD@.securityContext) && has(@POD@.securityContext.runAsGroup) && (@POD@.securityContext.runAsGroup < 0 || @POD@.securityContext.runAsGroup > 2147483647) ? [@PATH@ + '.securityContext.runAsGroup' + ': ' + string(@POD@.securityContext.runAsGroup) + ' is outside 0..2147483647'] : []) + (has(@POD@.securityContext) && has(@POD@.securityContext.fsGroup) && (@POD@.securityContext.fsGroup < 0 || @POD@.securityContext.fsGroup > 2147483647) ? [@PATH@ + '.securityContext.fsGroup' + ': ' + string(@POD@.securityContext.fsGroup) + ' is outside 0..2147483647'] : []) + (has(@POD@.initContainers) ? @POD@.initContainers.filter(c, !(true && c.name == 'model-cache-prep') && has(c.securityContext) && has(c.securityContext.runAsUser) && (c.securityContext.runAsUser < 1 || c.securityContext.runAsUser > 2147483647)).map(c, @PATH@ + '.initContainers[' + string(@POD@.initContainers.indexOf(c)) + '].securityContext.runAsUser' + ': ' + string(c.securityContext.runAsUser) + ' is outside 1..2147483647') : []) + (has(@POD@.initContainers) ? @POD@.initContainers.filter(c, !(true && c.name == 'model-cache-prep') && has(c.securityContext) && has(c.securityContext.runAsGroup) && (c.securityContext.runAsGroup < 0 || c.securityContext.runAsGroup > 2147483647)).map(c, @PATH@ + '.initContainers[' + string(@POD@.initContainers.indexOf(c)) + '].securityContext.runAsGroup' + ': ' + string(c.securityContext.runAsGroup) + ' is outside 0..2147483647') : []) + (has(@POD@.containers) ? @POD@.containers.filter(c, has(c.securityContext) && has(c.securityContext.runAsUser) && (c.securityContext.runAsUser < 1 || c.securityContext.runAsUser > 2147483647)).map(c, @PATH@ + '.containers[' + string(@POD@.containers.indexOf(c)) + '].securityContext.runAsUser' + ': ' + string(c.securityContext.runAsUser) + ' is outside 1..2147483647') : []) + (has(@POD@.containers) ? @POD@.containers.filter(c, has(c.securityContext) && has(c.securityContext.runAsGroup) && (c.securityContext.runAsGroup < 0 || c.securityContext.runAsGroup > 2147483647)).map(c, @PATH@ + '.containers[' + string(@POD@.containers.indexOf(c)) + '].securityContext.runAsGroup' + ': ' + string(c.securityContext.runAsGroup) + ' is outside 0..2147483647') : []) + (has(@POD@.ephemeralContainers) ? @POD@.ephemeralContainers.filter(c, has(c.securityContext) && has(c.securityContext.runAsUser) && (c.securityContext.runAsUser < 1 || c.securityContext.runAsUser > 2147483647)).map(c, @PATH@ + '.ephemeralContainers[' + string(@POD@.ephemeralContainers.indexOf(c)) + '].securityContext.runAsUser' + ': ' + string(c.securityContext.runAsUser) + ' is outside 1..2147483647') : []) + (has(@POD@.ephemeralContainers) ? @POD@.ephemeralContainers.filter(c, has(c.securityContext) && has(c.securityContext.runAsGroup) && (c.securityContext.runAsGroup < 0 || c.securityContext.runAsGroup > 2147483647)).map(c, @PATH@ + '.ephemeralContainers[' + string(@POD@.ephemeralContainers.indexOf(c)) + '].securityContext.runAsGroup' + ': ' + string(c.securityContext.runAsGroup) + ' is outside 0..2147483647') : [])
+{{/* The pod-level ranges of the pod spec @POD@, each finding named under the CEL string @PATH@. */}}
+{{- define "modelgate.backstopPodRanges" -}}
+(has(@POD@.securityContext) && has(@POD@.securityContext.runAsUser) && (@POD@.securityContext.runAsUser < 1 || @POD@.securityContext.runAsUser > 2147483647) ? [@PATH@ + '.securityContext.runAsUser: ' + string(@POD@.securityContext.runAsUser) + ' is outside 1..2147483647'] : []) + (has(@POD@.securityContext) && has(@POD@.securityContext.runAsGroup) && (@POD@.securityContext.runAsGroup < 0 || @POD@.securityContext.runAsGroup > 2147483647) ? [@PATH@ + '.securityContext.runAsGroup: ' + string(@POD@.securityContext.runAsGroup) + ' is outside 0..2147483647'] : []) + (has(@POD@.securityContext) && has(@POD@.securityContext.fsGroup) && (@POD@.securityContext.fsGroup < 0 || @POD@.securityContext.fsGroup > 2147483647) ? [@PATH@ + '.securityContext.fsGroup: ' + string(@POD@.securityContext.fsGroup) + ' is outside 0..2147483647'] : [])
+{{- end -}}
+
+{{/* A container c's ids outside their ranges, each finding starting with the mark '\u0001'. */}}
+{{- define "modelgate.backstopContainerRanges" -}}
+(has(c.securityContext) && has(c.securityContext.runAsUser) && (c.securityContext.runAsUser < 1 || c.securityContext.runAsUser > 2147483647) ? ['\u0001.securityContext.runAsUser: ' + string(c.securityContext.runAsUser) + ' is outside 1..2147483647'] : []) + (has(c.securityContext) && has(c.securityContext.runAsGroup) && (c.securityContext.runAsGroup < 0 || c.securityContext.runAsGroup > 2147483647) ? ['\u0001.securityContext.runAsGroup: ' + string(c.securityContext.runAsGroup) + ' is outside 0..2147483647'] : [])
+{{- end -}}
+
+{{/*
+Of a list of findings strings .f (one per element, '' for none, each holding the CEL string
+.mark where the CEL string expression .prefix and the element's index go), the first element's
+findings, then how many other elements have findings (.what), named under .listPath.
+*/}}
+{{- define "modelgate.backstopFirstWithFindings" -}}
+{{- $first := printf "%s.map(s, s != '').indexOf(true)" .f -}}
+{{- $others := printf "size(%s.filter(s, s != '')) - 1" .f -}}
+{{- printf "(%s.exists(s, s != '') ? %s[%s].replace(%s, %s + '[' + string(%s) + ']') + (%s > 0 ? '; ' + %s + ': ' + string(%s) + ' more %s' : '') : '')" .f .f $first .mark .prefix $first $others .listPath $others .what -}}
 {{- end -}}
 
 {{/* A path's literal tail after its dynamic part (.dyn), with .more: a CEL string expression. */}}
@@ -77,7 +113,9 @@ tests/assets/test_backstop.py compares with this render.
 
 {{/*
 The findings (one CEL string) of the templates that .steps (keys, "[*]", "*") find below .value,
-at the path .dyn + .tail; the template's spec bound to p<depth>.
+at the path .dyn + .tail (the tail holds the marks of the list indexes not known yet, as CEL
+escapes '\u0010' + depth); the template's spec bound to p<depth>. Under a list the first element
+with findings is named and the others counted.
 */}}
 {{- define "modelgate.backstopWalk" -}}
 {{- $d := int .depth -}}
@@ -90,20 +128,33 @@ at the path .dyn + .tail; the template's spec bound to p<depth>.
 {{- $tail = include "modelgate.backstopPathKey" (dict "dyn" .dyn "tail" .tail "key" "spec") -}}
 {{- $guard = printf "has(%s.spec)" .value -}}
 {{- end -}}
-{{- $path := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" $tail "more" "") -}}
-{{- $ranges := include "modelgate.backstopRanges" . | replace "@POD@" (printf "p%d" $d) | replace "@PATH@" $path -}}
-{{- printf "(%s ? [%s].map(p%d, (%s).join('; '))[0] : '')" $guard $spec $d $ranges -}}
+{{- $specPath := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" $tail "more" "") -}}
+{{- $p := printf "p%d" $d -}}
+{{- $l := printf "l%d" $d -}}
+{{- $f := printf "f%d" $d -}}
+{{- $lists := list -}}
+{{- range (list "initContainers" "containers" "ephemeralContainers") -}}
+{{- $lists = append $lists (printf "[dyn('%s'), has(%s.%s) ? %s.%s : []]" . $p . $p .) -}}
+{{- end -}}
+{{- $listPath := printf "%s + '.' + %s[0]" $specPath $l -}}
+{{- $first := include "modelgate.backstopFirstWithFindings" (dict "f" $f "mark" "'\\u0001'" "prefix" $listPath "listPath" $listPath "what" "containers with an id outside its range") -}}
+{{- $perList := printf "[%s].map(%s, [%s[1].map(c, !(%s[0] == 'initContainers' && has(c.name) && c.name == 'model-cache-prep') ? (%s).join('; ') : '')].map(%s, %s)[0])" (join ", " $lists) $l $l $l (include "modelgate.backstopContainerRanges" .) $f $first -}}
+{{- $podRanges := include "modelgate.backstopPodRanges" . | replace "@POD@" $p | replace "@PATH@" $specPath -}}
+{{- printf "(%s ? [%s].map(%s, ((%s) + %s).filter(s, s != '').join('; '))[0] : '')" $guard $spec $p $podRanges $perList -}}
 {{- else -}}
 {{- $step := first .steps -}}
 {{- $next := dict "steps" (rest .steps) "shape" .shape "depth" $d -}}
 {{- if eq $step "[*]" -}}
 {{- $e := printf "e%d" $d -}}
-{{- $at := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" .tail "more" "[") -}}
+{{- $l := printf "l%d" $d -}}
+{{- $mark := printf "\\u%04x" (add 16 $d) -}}
 {{- $_ := set $next "value" $e -}}
-{{- $_ = set $next "dyn" (printf "%s + string(%s.indexOf(%s))" $at .value $e) -}}
-{{- $_ = set $next "tail" "]" -}}
+{{- $_ = set $next "dyn" .dyn -}}
+{{- $_ = set $next "tail" (printf "%s%s" .tail $mark) -}}
 {{- $_ = set $next "depth" (add1 $d) -}}
-{{- printf "%s.map(%s, %s).filter(s, s != '').join('; ')" .value $e (include "modelgate.backstopWalk" $next) -}}
+{{- $listPath := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" .tail "more" "") -}}
+{{- $first := include "modelgate.backstopFirstWithFindings" (dict "f" $l "mark" (printf "'%s'" $mark) "prefix" "''" "listPath" $listPath "what" "elements with an id outside its range") -}}
+{{- printf "[%s.map(%s, %s)].map(%s, %s)[0]" .value $e (include "modelgate.backstopWalk" $next) $l $first -}}
 {{- else if eq $step "*" -}}
 {{- $k := printf "k%d" $d -}}
 {{- $at := include "modelgate.backstopPathWith" (dict "dyn" .dyn "tail" .tail "more" ".") -}}
@@ -135,20 +186,4 @@ at the path .dyn + .tail; the template's spec bound to p<depth>.
 {{- end -}}
 {{- end -}}
 {{- toJson $steps -}}
-{{- end -}}
-
-{{/* The ranges of every complete template of the request's kind, a flat sum over the rows. */}}
-{{- define "modelgate.backstopTableRanges" -}}
-{{- $rows := list -}}
-{{- range (include "modelgate.backstopTableKinds" . | fromJsonArray) -}}
-{{- $templates := list -}}
-{{- range .templates -}}
-{{- if ne (default "complete" .completeness) "partial" -}}
-{{- $walk := dict "steps" (include "modelgate.backstopSteps" .path | fromJsonArray) "value" "object" "dyn" "" "tail" "" "shape" (default "PodTemplateSpec" .shape) "depth" 0 -}}
-{{- $templates = append $templates (include "modelgate.backstopWalk" $walk) -}}
-{{- end -}}
-{{- end -}}
-{{- $rows = append $rows (printf "(%s ? [%s].filter(s, s != '') : [])" (include "modelgate.celKind" .) (join ", " $templates)) -}}
-{{- end -}}
-{{- if $rows -}}{{ join " + " $rows }}{{- else -}}[]{{- end -}}
 {{- end -}}

@@ -175,6 +175,10 @@ kube-system and their own namespace (POD_NAMESPACE), which is the release namesp
 {{- range .Values.prepHostPaths }}
 - {{ printf "--prep-host-path=%s" . | quote }}
 {{- end }}
+{{- range .Values.prepVolumeTypes }}
+- {{ printf "--prep-volume-type=%s" . | quote }}
+{{- end }}
+- --pod-security-default={{ .Values.podSecurityDefault }}
 {{- if .Values.workloadKinds.extra }}
 - --workload-kinds={{ include "modelgate.workloadKindsPath" . }}
 {{- end }}

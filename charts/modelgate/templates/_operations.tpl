@@ -38,10 +38,10 @@ matchConditions:
       !('kubernetes.io/config.mirror' in object.metadata.annotations)
   - name: exclude-own-service-account
     expression: >-
-      request.userInfo.username != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
+      request.userInfo.?username.orValue('') != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
   - name: exclude-exempt-namespaces
     expression: >-
-      !(request.namespace in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
+      !(request.?namespace.orValue('') in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
   {{- with .Values.matchConditions.excludePriorityClasses }}
   {{- $classes := toJson . | replace "\"" "'" }}
   - name: exclude-priority-classes
@@ -75,10 +75,10 @@ matchConditions:
       {{- include "modelgate.celTemplatesChanged" . | trim | nindent 6 }})
   - name: exclude-own-service-account
     expression: >-
-      request.userInfo.username != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
+      request.userInfo.?username.orValue('') != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
   - name: exclude-exempt-namespaces
     expression: >-
-      !(request.namespace in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
+      !(request.?namespace.orValue('') in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
   {{- with .Values.matchConditions.excludePriorityClasses }}
   {{- $classes := toJson . | replace "\"" "'" }}
   - name: exclude-priority-classes

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::admission::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind};
+use crate::admission::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind, WorkloadKinds};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig, PrepMode, normalise_absolute};
 use crate::namespaces::{MODE_LABEL, Mode, POD_SECURITY_ENFORCE_LABEL};
 use crate::policy::cache_prep;
@@ -68,9 +68,71 @@ impl Selection {
     }
 }
 
-/// The policy and its binding, in the order `kubectl apply` should create them.
-pub fn objects(cfg: &PolicyConfig, sel: &Selection) -> [Value; 2] {
-    [policy(cfg, sel), binding(cfg, sel)]
+/// The policy and its binding, in the order `kubectl apply` should create them; an error when
+/// the workload-kind table makes a policy the API server would refuse.
+pub fn objects(cfg: &PolicyConfig, sel: &Selection) -> Result<[Value; 2], BackstopError> {
+    let rows = table_kinds(cfg);
+    let shipped = WorkloadKinds::defaults();
+    let added = rows
+        .iter()
+        .filter(|r| {
+            !shipped
+                .entries()
+                .iter()
+                .any(|d| d.group == r.group && d.kind == r.kind)
+        })
+        .count();
+    if added > MAX_EXTRA_WORKLOAD_KINDS {
+        return Err(BackstopError::TooManyKinds {
+            added,
+            max: MAX_EXTRA_WORKLOAD_KINDS,
+        });
+    }
+    let policy = policy(cfg, sel);
+    check_sizes(&policy, &rows)?;
+    Ok([policy, binding(cfg, sel)])
+}
+
+/// Every expression of the policy is within cel-go's size limit; the one that is not names
+/// the row it comes from.
+fn check_sizes(policy: &Value, rows: &[&KindEntry]) -> Result<(), BackstopError> {
+    let spec = &policy["spec"];
+    let named = ["matchConditions", "variables"]
+        .into_iter()
+        .flat_map(|list| {
+            spec[list].as_array().into_iter().flatten().map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_string(),
+                    e["expression"].as_str().unwrap_or_default(),
+                )
+            })
+        });
+    let validations = spec["validations"].as_array().into_iter().flatten();
+    let messages = validations.enumerate().flat_map(|(i, v)| {
+        ["expression", "messageExpression"].map(|key| {
+            (
+                format!("validations[{i}].{key}"),
+                v[key].as_str().unwrap_or_default(),
+            )
+        })
+    });
+    for (name, expression) in named.chain(messages) {
+        let size = expression.chars().count();
+        if size > MAX_EXPRESSION_CODE_POINTS {
+            let kind = name
+                .strip_prefix("tableRow")
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| rows.get(i))
+                .map_or_else(|| "all of them".to_string(), |row| row.display());
+            return Err(BackstopError::ExpressionTooLarge {
+                name,
+                kind,
+                size,
+                max: MAX_EXPRESSION_CODE_POINTS,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn labels() -> Value {
@@ -182,7 +244,7 @@ fn policy(cfg: &PolicyConfig, sel: &Selection) -> Value {
                 "resourceRules": resource_rules(cfg),
             },
             "matchConditions": match_conditions(cfg, sel),
-            "variables": variables(cfg)
+            "variables": variables(cfg, sel)
                 .into_iter()
                 .map(|(name, expression)| json!({"name": name, "expression": expression}))
                 .collect::<Vec<_>>(),
@@ -242,15 +304,6 @@ fn cel_list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// The kinds of §11, whose templates are judged on the ranges only.
-fn controller_kinds() -> Vec<&'static str> {
-    WorkloadKind::ALL
-        .into_iter()
-        .filter(|k| k.is_controller())
-        .map(WorkloadKind::as_str)
-        .collect()
-}
-
 /// A JSON value as CEL: JSON's string, number, boolean and list literals are CEL's, and `<`,
 /// `>`, `&` are escaped as Go's `encoding/json` (and so Helm's `toJson`) escapes them, so that
 /// the chart renders the same text.
@@ -262,9 +315,38 @@ pub fn cel_json(value: &Value) -> String {
         .replace('&', "\\u0026")
 }
 
-/// The webhooks' `matchConditions` (the chart's `modelgate.matchConditions` and
-/// `modelgate.controllerMatchConditions`), as one list for the one policy: each condition of
-/// one entry holds for the other entry's kinds.
+/// The request's `group/Kind`, as the policy compares kinds (a custom resource may share a
+/// built-in kind's name in another group).
+const KIND_KEY: &str = "request.kind.group + '/' + request.kind.kind";
+
+/// `group/Kind` of a kind, as [`KIND_KEY`] reads it.
+fn kind_key(group: &str, kind: &str) -> String {
+    format!("{group}/{kind}")
+}
+
+/// The built-in kinds the policy judges: Pods, Jobs and the controllers of §11.
+fn builtin_kind_keys() -> Vec<String> {
+    WorkloadKind::ALL
+        .into_iter()
+        .map(|k| kind_key(k.group_version().0, k.as_str()))
+        .collect()
+}
+
+/// The built-in controllers of §11, as `group/Kind`.
+fn controller_kind_keys() -> Vec<String> {
+    WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| k.is_controller())
+        .map(|k| kind_key(k.group_version().0, k.as_str()))
+        .collect()
+}
+
+/// The policy's `matchConditions`: what the webhooks' conditions leave out, for the built-in
+/// kinds. Each is the same text whatever `--workload-kinds` adds: a matchCondition cannot read
+/// `variables`, so the table's kinds are judged by their own variables instead (their row
+/// variable is empty for an unchanged template or an excluded priority class). Every field of
+/// `request` the API server may leave out (it binds the AdmissionRequest with its `omitempty`
+/// fields absent) is read with optional access.
 fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
     let mut out = vec![
         json!({
@@ -275,27 +357,26 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
         json!({
             "name": "exclude-unchanged-pod-template",
             "expression": format!(
-                "{} ? {} : (!(request.kind.kind in {}) || request.operation != 'UPDATE' || \
+                "!({KIND_KEY} in {}) || request.operation != 'UPDATE' || \
                  (request.kind.kind == 'CronJob' \
                  ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template \
-                 : object.spec.template != oldObject.spec.template))",
-                table_kind_condition(cfg),
-                table_templates_changed(cfg),
-                cel_list(controller_kinds())
+                 : object.spec.template != oldObject.spec.template)",
+                cel_list(controller_kind_keys())
             ),
         }),
         json!({
             "name": "exclude-own-service-account",
             "expression": format!(
-                "request.userInfo.username != {}",
+                "request.userInfo.?username.orValue('') != {}",
                 cel_string(&sel.service_account_username)
             ),
         }),
         json!({
             "name": "exclude-exempt-namespaces",
-            // As the chart writes it: the JSON list with single quotes.
+            // As the chart writes it: the JSON list with single quotes. A cluster-scoped
+            // object has no namespace and is never in an exempt one.
             "expression": format!(
-                "!(request.namespace in {})",
+                "!(request.?namespace.orValue('') in {})",
                 cel_json(&json!(cfg.exempt_namespaces)).replace('"', "'")
             ),
         }),
@@ -305,15 +386,14 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
         out.push(json!({
             "name": "exclude-priority-classes",
             "expression": format!(
-                "{} ? {} : (request.kind.kind == 'Pod' \
+                "!({KIND_KEY} in {}) || (request.kind.kind == 'Pod' \
                  ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {classes}) \
                  : (request.kind.kind == 'CronJob' \
                  ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) \
                  || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {classes}) \
                  : !has(object.spec.template.spec.priorityClassName) \
                  || !(object.spec.template.spec.priorityClassName in {classes})))",
-                table_kind_condition(cfg),
-                table_priority_excluded(cfg, &classes),
+                cel_list(builtin_kind_keys()),
             ),
         }));
     }
@@ -322,18 +402,35 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
 
 /// The policy's settings, each a variable of its own holding one literal, so that every other
 /// expression is the same text whatever the settings (the chart fills in only these).
-pub fn config_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
+pub fn config_variables(cfg: &PolicyConfig) -> Vec<(String, String)> {
     vec![
         (
-            "prepAlways",
+            "prepAlways".into(),
             (cfg.model_cache_prep == PrepMode::Always).to_string(),
         ),
-        ("prepImage", cel_json(&json!(cfg.init_image))),
-        ("cacheMountPath", cel_json(&json!(cfg.cache_mount_path))),
-        ("defaultCacheVolume", cel_json(&json!(cfg.cache_volume))),
-        ("initContainerUser", cfg.init_container_user.to_string()),
+        ("prepImage".into(), cel_json(&json!(cfg.init_image))),
         (
-            "prepHostPaths",
+            "cacheMountPath".into(),
+            cel_json(&json!(cfg.cache_mount_path)),
+        ),
+        (
+            "defaultCacheVolume".into(),
+            cel_json(&json!(cfg.cache_volume)),
+        ),
+        (
+            "initContainerUser".into(),
+            cfg.init_container_user.to_string(),
+        ),
+        (
+            "podSecurityDefault".into(),
+            cel_string(cfg.pod_security_default.as_str()),
+        ),
+        (
+            "prepVolumeTypes".into(),
+            cel_json(&json!(cfg.prep_volume_types)),
+        ),
+        (
+            "prepHostPaths".into(),
             cel_json(&json!(
                 cfg.prep_host_paths
                     .iter()
@@ -345,47 +442,59 @@ pub fn config_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
 }
 
 /// The policy's `variables`, in order (each may use the ones before it).
-pub fn variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
+pub fn variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String)> {
     let mut v = config_variables(cfg);
-    v.extend(derived_variables(cfg));
+    v.extend(derived_variables(cfg, sel));
     v
 }
 
 /// The variables that are the same text whatever the settings.
-fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
-    let controllers = cel_list(controller_kinds());
-    let mut v = vec![
+fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String)> {
+    let rows = table_kinds(cfg);
+    let mut v: Vec<(String, String)> = vec![
+        ("kindKey".into(), KIND_KEY.to_string()),
+        ("subResource".into(), "request.?subResource.orValue('')".into()),
         // A custom resource of the workload-kind table (§12): its templates are found by the
-        // table's paths, and none of the variables of one pod below is read for it.
-        ("tableKind", table_kind_condition(cfg)),
+        // table's paths, in its row's variable, and none of the variables of one pod below is
+        // read for it.
+        (
+            "tableKind".into(),
+            format!(
+                "variables.kindKey in {}",
+                cel_list(rows.iter().map(|r| kind_key(&r.group, &r.kind)))
+            ),
+        ),
         // The pod as its metadata and spec: a Pod is its own, a Job's or a controller's is its
         // template, a CronJob's is its Job template's.
         (
-            "template",
+            "template".into(),
             "request.kind.kind == 'Pod' ? object \
              : (request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec.template \
              : object.spec.template)"
-                .to_string(),
+                .into(),
         ),
-        ("pod", "variables.template.spec".to_string()),
+        ("pod".into(), "variables.template.spec".into()),
         // Where the pod spec is in the object, for the messages.
         (
-            "specPath",
+            "specPath".into(),
             "request.kind.kind == 'Pod' ? 'spec' \
              : (request.kind.kind == 'CronJob' ? 'spec.jobTemplate.spec.template.spec' \
              : 'spec.template.spec')"
-                .to_string(),
+                .into(),
         ),
         // Pods and Jobs get every rule; controller templates the ranges only (§11).
-        ("controller", format!("request.kind.kind in {controllers}")),
         (
-            "annotations",
-            "has(variables.template.metadata) && has(variables.template.metadata.annotations) \
-             ? variables.template.metadata.annotations : {}"
-                .to_string(),
+            "controller".into(),
+            format!("variables.kindKey in {}", cel_list(controller_kind_keys())),
         ),
         (
-            "cacheVolume",
+            "annotations".into(),
+            "has(variables.template.metadata) && has(variables.template.metadata.annotations) \
+             ? variables.template.metadata.annotations : {}"
+                .into(),
+        ),
+        (
+            "cacheVolume".into(),
             format!(
                 "{key} in variables.annotations ? variables.annotations[{key}] \
                  : variables.defaultCacheVolume",
@@ -393,14 +502,14 @@ fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
             ),
         ),
         (
-            "podNonRoot",
+            "podNonRoot".into(),
             "has(variables.pod.securityContext) && has(variables.pod.securityContext.runAsNonRoot) \
              && variables.pod.securityContext.runAsNonRoot == true"
-                .to_string(),
+                .into(),
         ),
         // A Windows pod (SPEC.md §1) gets no prep.
         (
-            "windows",
+            "windows".into(),
             "has(variables.pod.os) ? (has(variables.pod.os.name) && variables.pod.os.name == 'windows') \
              : ((has(variables.pod.nodeSelector) && 'kubernetes.io/os' in variables.pod.nodeSelector \
              && variables.pod.nodeSelector['kubernetes.io/os'] == 'windows') \
@@ -412,63 +521,89 @@ fn derived_variables(cfg: &PolicyConfig) -> Vec<(&'static str, String)> {
              has(t.matchExpressions) && t.matchExpressions.exists(e, e.key == 'kubernetes.io/os' \
              && e.operator == 'In' && has(e.values) && size(e.values) > 0 \
              && e.values.all(os, os == 'windows')))))"
-                .to_string(),
+                .into(),
         ),
-        ("prepManaged", prep_managed()),
-        ("prepCommand", prep_command(cfg)),
+        ("prepManaged".into(), prep_managed()),
+        ("prepCommand".into(), prep_command(cfg)),
+        // The canonical prep at any index of the init containers (another webhook may have put
+        // its own ahead of it), and only one container of that name (the API server's
+        // validation keeps names unique; this holds without it).
         (
-            "prepCanonical",
+            "prepCanonical".into(),
             format!(
                 "variables.prepManaged && has(variables.pod.initContainers) \
-                 && size(variables.pod.initContainers) > 0 && {}",
-                canonical_prep(cfg, "variables.pod.initContainers[0]")
+                 && variables.pod.initContainers.exists_one(c, c.name == {prep}) \
+                 && variables.pod.initContainers.exists(c, c.name == {prep} && {})",
+                canonical_prep(cfg, "c"),
+                prep = cel_string(PREP_CONTAINER),
             ),
         ),
-        // The one container the rules do not govern: on a Pod or Job the canonical prep, first
-        // of the init containers; on a controller's template a prep among the init containers
-        // that modelgate manages, which its pods get replaced by the canonical one.
+        // The one container the rules do not govern: on a Pod or Job the canonical prep; on a
+        // controller's template a prep among the init containers that modelgate manages, which
+        // its pods get replaced by the canonical one.
         (
-            "prepExempt",
-            "variables.controller ? variables.prepManaged : variables.prepCanonical".to_string(),
+            "prepExempt".into(),
+            "variables.controller ? variables.prepManaged : variables.prepCanonical".into(),
         ),
+        // Each list's container names, to name a container's index in a message: a lookup per
+        // named finding, not per container.
+        (
+            "containerNames".into(),
+            format!(
+                "{{{}}}",
+                LISTS
+                    .iter()
+                    .map(|l| format!(
+                        "'{l}': has(variables.pod.{l}) ? variables.pod.{l}.map(c, c.name) : []"
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        ("podRanges".into(), pod_ranges("variables.pod", "variables.specPath")),
     ];
-    v.push(("tableRangeViolations", table_range_violations(cfg)));
+    // Per container list, the containers each rule finds: a filter each, no string built.
+    for list in LISTS {
+        v.push((list_variable("range", list), range_records(list)));
+    }
+    for list in LISTS {
+        v.push((list_variable("nonRoot", list), non_root_records(list)));
+    }
+    // One variable per row of the table: each is small and compiled on its own, whatever
+    // `--workload-kinds` adds.
+    let mut names = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let name = format!("tableRow{i}");
+        names.push(format!("variables.{name}"));
+        v.push((name, table_row(row, sel)));
+    }
     v.push((
-        "rangeViolations",
-        format!(
-            "variables.tableKind ? variables.tableRangeViolations : {}",
-            range_violations(
-                "variables.pod",
-                "variables.specPath",
-                "variables.prepExempt"
-            )
-        ),
+        "tableRangeViolations".into(),
+        format!("[{}].filter(s, s != '')", names.join(", ")),
     ));
-    v.push(("nonRootViolations", non_root_violations()));
     v
 }
 
 /// Whether modelgate manages the prep container of this pod (the webhook's
 /// `cache_prep::is_managed`): `--model-cache-prep=always`, not a Windows pod, not in a
-/// namespace that enforces Pod Security `restricted`, and the cache volume backed by
-/// persistent, writable storage (it has a source, and none of those that are not), never a
-/// `hostPath` outside the `--prep-host-path` prefixes.
+/// namespace that enforces Pod Security `restricted` (by its label, else by
+/// `--pod-security-default`), and the cache volume backed by
+/// persistent, writable storage (it has a source, and none of those that are not): a claim or
+/// claim template, a `hostPath` under the `--prep-host-path` prefixes, or an inline type
+/// `--prep-volume-type` allows.
 fn prep_managed() -> String {
-    let not_storage: Vec<String> = cache_prep::NOT_CACHE_STORAGE
-        .iter()
-        .map(|source| format!("!has(v.{source})"))
-        .collect();
     format!(
         "variables.prepAlways && !variables.windows \
-         && !(namespaceObject != null && has(namespaceObject.metadata) \
+         && (namespaceObject != null && has(namespaceObject.metadata) \
          && has(namespaceObject.metadata.labels) \
          && {label} in namespaceObject.metadata.labels \
-         && namespaceObject.metadata.labels[{label}] == 'restricted') \
+         ? namespaceObject.metadata.labels[{label}] : variables.podSecurityDefault) != 'restricted' \
          && has(variables.pod.volumes) && variables.pod.volumes.exists(v, \
-         v.name == variables.cacheVolume && size(v) > 1 && {not_storage} && {host_path})",
+         v.name == variables.cacheVolume && size(v) > 1 && {host_path} \
+         && v.all(k, k == 'name' || k in {provisioned} || k in variables.prepVolumeTypes))",
         label = cel_string(POD_SECURITY_ENFORCE_LABEL),
-        not_storage = not_storage.join(" && "),
         host_path = HOST_PATH_ALLOWED,
+        provisioned = cel_list(cache_prep::PROVISIONED.iter().chain(&["hostPath"])),
     )
 }
 
@@ -638,58 +773,224 @@ fn equals(expr: &str, expected: &Value) -> String {
 /// The three container lists, with their field names.
 const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
 
-/// Every id outside its range, as `<path>: <value> is outside <lo>..<hi>` (SPEC.md §6): the
-/// pod's runAsUser, runAsGroup and fsGroup, then each container's runAsUser and runAsGroup,
-/// except the prep container the rules do not govern.
-/// The ranges of the pod spec `pod` (a CEL expression), its fields named under `spec_path` (a
-/// CEL string expression); the prep container is exempt where `prep_exempt` holds.
-fn range_violations(pod: &str, spec_path: &str, prep_exempt: &str) -> String {
-    let bad = |value: &str, lo: i64| format!("({value} < {lo} || {value} > {MAX_ID})");
-    let msg = |path: &str, value: &str, lo: i64| {
-        format!("{path} + ': ' + string({value}) + ' is outside {lo}..{MAX_ID}'")
-    };
-    let mut parts = Vec::new();
-    for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0), ("fsGroup", 0)] {
-        let value = format!("{pod}.securityContext.{field}");
-        parts.push(format!(
-            "(has({pod}.securityContext) && has({value}) && {} \
-             ? [{}] : [])",
-            bad(&value, lo),
-            msg(
-                &format!("{spec_path} + '.securityContext.{field}'"),
-                &value,
-                lo
-            )
-        ));
-    }
-    for list in LISTS {
-        let exempt = if list == "initContainers" {
+/// The ids the ranges govern on a pod (`fsGroup`) and on a container, with their lower bound.
+const POD_IDS: [(&str, i64); 3] = [("runAsUser", 1), ("runAsGroup", 0), ("fsGroup", 0)];
+const CONTAINER_IDS: [(&str, i64); 2] = [("runAsUser", 1), ("runAsGroup", 0)];
+
+/// How many containers of each list a message names (the others are counted): the lookup of a
+/// container's index is linear in its list, so naming a bounded number keeps the cost of a
+/// message linear in the object.
+pub const NAMED_FINDINGS: usize = 5;
+
+/// A message past this many bytes is cut to [`MESSAGE_CUT_CODE_POINTS`] code points: the API
+/// server drops a `messageExpression` result over 5 KiB, and the advice follows the list.
+const MESSAGE_MAX_BYTES: usize = 4600;
+const MESSAGE_CUT_CODE_POINTS: usize = MESSAGE_MAX_BYTES / 4;
+
+/// Where a container's path goes in a finding of a table template, replaced once its index is
+/// known; each `[*]` step of a template path has its own (see [`walk`]).
+const CONTAINER_MARK: char = '\u{1}';
+fn element_mark(depth: usize) -> char {
+    char::from_u32(0x10 + depth as u32).expect("a control character")
+}
+
+fn out_of_range(value: &str, lo: i64) -> String {
+    format!("({value} < {lo} || {value} > {MAX_ID})")
+}
+
+fn outside(value: &str, lo: i64) -> String {
+    format!("string({value}) + ' is outside {lo}..{MAX_ID}'")
+}
+
+/// The pod-level ids of the pod spec `pod` outside their ranges, each a message naming its
+/// field under `spec_path` (a CEL string expression).
+fn pod_ranges(pod: &str, spec_path: &str) -> String {
+    POD_IDS
+        .iter()
+        .map(|(field, lo)| {
+            let value = format!("{pod}.securityContext.{field}");
             format!(
-                "!({prep_exempt} && c.name == {}) && ",
-                cel_string(PREP_CONTAINER)
+                "(has({pod}.securityContext) && has({value}) && {} \
+                 ? [{spec_path} + '.securityContext.{field}: ' + {}] : [])",
+                out_of_range(&value, *lo),
+                outside(&value, *lo)
             )
-        } else {
-            String::new()
-        };
-        for (field, lo) in [("runAsUser", 1), ("runAsGroup", 0)] {
-            let value = format!("c.securityContext.{field}");
-            let path = format!(
-                "{spec_path} + '.{list}[' + string({pod}.{list}.indexOf(c)) + '].securityContext.{field}'"
-            );
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// `!(prep exempt) && ` for the init containers, nothing for the other lists.
+fn prep_exemption(list: &str, exempt: &str) -> String {
+    if list == "initContainers" {
+        format!(
+            "!({exempt} && c.name == {}) && ",
+            cel_string(PREP_CONTAINER)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// A container's id outside its range, as findings that start with [`CONTAINER_MARK`] where
+/// the container's path goes.
+fn container_range_findings(c: &str) -> String {
+    CONTAINER_IDS
+        .iter()
+        .map(|(field, lo)| {
+            let v = format!("{c}.securityContext.{field}");
+            format!(
+                "(has({c}.securityContext) && has({v}) && {} ? [{} + {}] : [])",
+                out_of_range(&v, *lo),
+                cel_string(&format!("{CONTAINER_MARK}.securityContext.{field}: ")),
+                outside(&v, *lo)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// Whether container `c` has an id outside its range.
+fn container_out_of_range(c: &str) -> String {
+    let any: Vec<String> = CONTAINER_IDS
+        .iter()
+        .map(|(field, lo)| {
+            let v = format!("{c}.securityContext.{field}");
+            format!("has({v}) && {}", out_of_range(&v, *lo))
+        })
+        .collect();
+    format!("has({c}.securityContext) && ({})", any.join(" || "))
+}
+
+/// The variable that holds what `rule` finds in `list`: `rangeInitContainers`, ….
+fn list_variable(rule: &str, list: &str) -> String {
+    let mut chars = list.chars();
+    let first = chars.next().map(|c| c.to_ascii_uppercase()).unwrap_or_default();
+    format!("{rule}{first}{}", chars.as_str())
+}
+
+/// The containers of `list` (Pods, Jobs, §11 templates) that `bad` (a test of `c`) finds, the
+/// prep the rules do not govern left out. Linear, and no string is built: the message builds
+/// those of the containers it names.
+fn containers_where(list: &str, judged: &str, bad: &str) -> String {
+    let exempt = prep_exemption(list, "variables.prepExempt");
+    format!("{judged} ? variables.pod.{list}.filter(c, {exempt}{bad}) : []")
+}
+
+/// The containers of `list` with an id outside its range.
+fn range_records(list: &str) -> String {
+    containers_where(
+        list,
+        &format!("has(variables.pod.{list})"),
+        &container_out_of_range("c"),
+    )
+}
+
+const NON_ROOT_OWN: &str = "has(c.securityContext) && has(c.securityContext.runAsNonRoot)";
+
+/// Every container of a Pod or Job, the canonical prep aside, whose effective runAsNonRoot
+/// (its own, else the pod's) is not `true`. A controller's pods get it from the mutation when
+/// they are created; an ephemeral-container update judges only the ephemeral containers (the
+/// others are immutable and already run).
+fn non_root_records(list: &str) -> String {
+    let bad = format!(
+        "!({NON_ROOT_OWN} ? c.securityContext.runAsNonRoot == true : variables.podNonRoot)"
+    );
+    let judged = match list {
+        "ephemeralContainers" => format!("has(variables.pod.{list})"),
+        _ => format!("variables.subResource != 'ephemeralcontainers' && has(variables.pod.{list})"),
+    };
+    format!(
+        "variables.tableKind || variables.controller ? [] : ({})",
+        containers_where(list, &judged, &bad)
+    )
+}
+
+/// The non-root finding of container `c`, starting with [`CONTAINER_MARK`].
+fn non_root_finding(c: &str) -> String {
+    let own = NON_ROOT_OWN.replace("c.", &format!("{c}."));
+    format!(
+        "[{} + ({own} ? 'false is not allowed' \
+         : 'not set, and the pod\\'s spec.securityContext.runAsNonRoot is not true')]",
+        cel_string(&format!("{CONTAINER_MARK}.securityContext.runAsNonRoot: "))
+    )
+}
+
+/// Per container list, the first [`NAMED_FINDINGS`] containers `rule` found (its list
+/// variables) with their `findings` (a function of the container's CEL name), each naming the
+/// field by the container's index, then how many more containers of the list there are.
+fn named(rule: &str, findings: impl Fn(&str) -> String) -> String {
+    let mark = cel_string(&CONTAINER_MARK.to_string());
+    let mut parts = Vec::new();
+    for list in LISTS {
+        let found = format!("variables.{}", list_variable(rule, list));
+        for i in 0..NAMED_FINDINGS {
             parts.push(format!(
-                "(has({pod}.{list}) ? {pod}.{list}.filter(c, {exempt}\
-                 has(c.securityContext) && has({value}) && {}).map(c, {}) : [])",
-                bad(&value, lo),
-                msg(&path, &value, lo)
+                "(size({found}) > {i} ? [({}).join('; ').replace({mark}, variables.specPath \
+                 + '.{list}[' + string(variables.containerNames['{list}'].indexOf({found}[{i}].name)) \
+                 + ']')] : [])",
+                findings(&format!("{found}[{i}]"))
             ));
         }
+        parts.push(format!(
+            "(size({found}) > {n} ? [variables.specPath + '.{list}: ' \
+             + string(size({found}) - {n}) + ' more containers'] : [])",
+            n = NAMED_FINDINGS
+        ));
     }
     parts.join(" + ")
+}
+
+/// `size(v1) + size(v2) + …` of what `rule` found in every container list.
+fn found_count(rule: &str) -> String {
+    LISTS
+        .iter()
+        .map(|list| format!("size(variables.{})", list_variable(rule, list)))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// A message (a CEL string expression) cut to fit the API server's limit.
+fn bounded(message: &str) -> String {
+    format!(
+        "[{message}].map(m, bytes(m).size() <= {MESSAGE_MAX_BYTES} ? m \
+         : m.substring(0, {MESSAGE_CUT_CODE_POINTS}) + ' …')[0]"
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
 // The custom resources of the workload-kind table (SPEC.md §12)
 // ---------------------------------------------------------------------------------------------
+
+/// How many rows `--workload-kinds` may add for the backstop: each row is a variable of its
+/// own, compiled by every API server at its start and at every change of the policy.
+pub const MAX_EXTRA_WORKLOAD_KINDS: usize = 32;
+
+/// The largest expression the policy may hold, in code points: cel-go's limit, which the API
+/// server applies to every expression.
+pub const MAX_EXPRESSION_CODE_POINTS: usize = 100_000;
+
+/// Why no policy is printed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BackstopError {
+    #[error(
+        "--workload-kinds adds {added} kinds with complete templates to the backstop, more than \
+         the {max} it judges; judge fewer custom resources (mark templates partial) or leave \
+         the backstop off"
+    )]
+    TooManyKinds { added: usize, max: usize },
+    #[error(
+        "the backstop's expression {name} would be {size} code points, over kube-apiserver's \
+         limit of {max}: a row of --workload-kinds ({kind}) has too many templates or too long \
+         a path"
+    )]
+    ExpressionTooLarge {
+        name: String,
+        kind: String,
+        size: usize,
+        max: usize,
+    },
+}
 
 /// The rows of the table the backstop judges: not the built-in kinds (Pods, Jobs and the
 /// controllers of §11, which have their own expressions), and with a complete template (a
@@ -709,51 +1010,6 @@ fn table_kinds(cfg: &PolicyConfig) -> Vec<&KindEntry> {
                 .any(|t| t.completeness == Completeness::Complete)
         })
         .collect()
-}
-
-/// `request.kind.group == 'g' && request.kind.kind == 'K'`: a request for the row's kind.
-fn kind_condition(row: &KindEntry) -> String {
-    format!(
-        "request.kind.group == {} && request.kind.kind == {}",
-        cel_string(&row.group),
-        cel_string(&row.kind)
-    )
-}
-
-/// A request for any row of [`table_kinds`] (`false` when there is none).
-fn table_kind_condition(cfg: &PolicyConfig) -> String {
-    match over_rows(cfg, |row| format!("({})", kind_condition(row)), " || ", "") {
-        any if any.is_empty() => "false".to_string(),
-        any => format!("({any})"),
-    }
-}
-
-/// One term per row of [`table_kinds`], joined by `op`, or `none` without rows: flat, so that
-/// no parser nests deeper with more rows.
-fn over_rows(
-    cfg: &PolicyConfig,
-    term: impl Fn(&KindEntry) -> String,
-    op: &str,
-    none: &str,
-) -> String {
-    let terms: Vec<String> = table_kinds(cfg).into_iter().map(term).collect();
-    if terms.is_empty() {
-        none.to_string()
-    } else {
-        terms.join(op)
-    }
-}
-
-/// For each row, its kind's condition and `value(row)`: a sum of lists `(cond ? value : [])`.
-fn per_row_list(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
-    let term = |row: &KindEntry| format!("({} ? {} : [])", kind_condition(row), value(row));
-    over_rows(cfg, term, " + ", "[]")
-}
-
-/// For each row, that `value(row)` holds for a request of its kind: `(!(cond) || value) && …`.
-fn per_row_all(cfg: &PolicyConfig, value: impl Fn(&KindEntry) -> String) -> String {
-    let term = |row: &KindEntry| format!("(!({}) || ({}))", kind_condition(row), value(row));
-    over_rows(cfg, term, " && ", "true")
 }
 
 /// `has(r.a) && has(r.a.b)` for the keys under `root` (`true` without keys).
@@ -824,37 +1080,16 @@ fn template_changed(steps: &[Step]) -> String {
     format!("({g_new}) != ({g_old}) || ({g_new}) && ({differ})")
 }
 
-/// The unchanged-template condition for the table's kinds: a CREATE, or an UPDATE that changed
-/// any of the kind's templates.
-fn table_templates_changed(cfg: &PolicyConfig) -> String {
-    let changed = |row: &KindEntry| {
-        let any: Vec<String> = row
-            .templates
-            .iter()
-            .map(|t| format!("({})", template_changed(&t.steps)))
-            .collect();
-        format!("request.operation != 'UPDATE' || {}", any.join(" || "))
-    };
-    per_row_all(cfg, changed)
-}
-
-/// The excluded priority classes for the table's kinds, as the webhooks' condition says (the
-/// chart's `modelgate.celPriorityExcluded`): a kind with one `PodTemplateSpec` at a fixed path
-/// is left out when its template is of such a class; any other is judged (one template of the
-/// class does not say what the others are).
-fn table_priority_excluded(cfg: &PolicyConfig, classes: &str) -> String {
-    let excluded = |row: &KindEntry| match row.templates.as_slice() {
+/// A row's templates are not of an excluded priority class, as the webhooks' condition says
+/// (the chart's `modelgate.celPriorityExcluded`): a kind with one `PodTemplateSpec` at a fixed
+/// path is left out when its template is of such a class; any other is judged (one template
+/// of the class does not say what the others are).
+fn row_not_priority_excluded(row: &KindEntry, classes: &str) -> String {
+    match row.templates.as_slice() {
         [t] if t.shape == Shape::PodTemplateSpec
             && t.steps.iter().all(|s| matches!(s, Step::Key(_))) =>
         {
-            let mut keys: Vec<&str> = t
-                .steps
-                .iter()
-                .filter_map(|s| match s {
-                    Step::Key(k) => Some(k.as_str()),
-                    _ => None,
-                })
-                .collect();
+            let mut keys: Vec<&str> = t.steps.iter().map(key_of).collect();
             keys.extend(["spec", "priorityClassName"]);
             format!(
                 "!({}) || !({} in {classes})",
@@ -863,30 +1098,43 @@ fn table_priority_excluded(cfg: &PolicyConfig, classes: &str) -> String {
             )
         }
         _ => "true".to_string(),
-    };
-    per_row_all(cfg, excluded)
+    }
 }
 
-/// The ranges of every complete template of the request's kind, each template's findings one
-/// string (`; `-joined), named by the template's own path
-/// (`spec.workerGroupSpecs[1].template.spec.containers[0]…`, as the webhook names them).
-/// A prep container in a template is not judged: its pods get the canonical one from the
-/// mutation, and the backstop judges that one on the pods.
-fn table_range_violations(cfg: &PolicyConfig) -> String {
-    let of_row = |row: &KindEntry| {
-        let templates: Vec<String> = row
-            .templates
-            .iter()
-            .filter(|t| t.completeness == Completeness::Complete)
-            .map(|t| walk(&t.steps, "object", &CelPath::root(), t.shape, 0))
-            .collect();
-        format!("[{}].filter(s, s != '')", templates.join(", "))
+/// One row's variable: for a request of its kind that creates it or changes one of its
+/// templates (and whose template is not of an excluded priority class), the ranges of every
+/// complete template, one string (`; `-joined), each finding named by the template's own path
+/// (`spec.workerGroupSpecs[1].template.spec.containers[0]…`, as the webhook names them);
+/// otherwise `''`. A prep container in a template is not judged: its pods get the canonical
+/// one from the mutation, and the backstop judges that one on the pods.
+fn table_row(row: &KindEntry, sel: &Selection) -> String {
+    let changed: Vec<String> = row
+        .templates
+        .iter()
+        .map(|t| format!("({})", template_changed(&t.steps)))
+        .collect();
+    let priority = if sel.exclude_priority_classes.is_empty() {
+        "true".to_string()
+    } else {
+        row_not_priority_excluded(row, &cel_json(&json!(sel.exclude_priority_classes)))
     };
-    per_row_list(cfg, of_row)
+    let templates: Vec<String> = row
+        .templates
+        .iter()
+        .filter(|t| t.completeness == Completeness::Complete)
+        .map(|t| walk(&t.steps, "object", &CelPath::root(), t.shape, 0))
+        .collect();
+    format!(
+        "variables.kindKey == {} && (request.operation != 'UPDATE' || {}) && ({priority}) \
+         ? [{}].filter(s, s != '').join('; ') : ''",
+        cel_string(&kind_key(&row.group, &row.kind)),
+        changed.join(" || "),
+        templates.join(", ")
+    )
 }
 
-/// A field path as a CEL string expression: what is known only at evaluation (an index, a
-/// key), then literal text.
+/// A field path as a CEL string expression: what is known only at evaluation (a map key),
+/// then literal text (which may hold marks, replaced once an index is known).
 #[derive(Clone)]
 struct CelPath {
     dynamic: Option<String>,
@@ -913,6 +1161,14 @@ impl CelPath {
         }
     }
 
+    /// `self` followed by the mark of an index not known yet.
+    fn marked(&self, mark: char) -> Self {
+        CelPath {
+            dynamic: self.dynamic.clone(),
+            tail: format!("{}{mark}", self.tail),
+        }
+    }
+
     /// `self` followed by `open`, the CEL string `expr`, and `close`.
     fn dynamic(&self, open: &str, expr: &str, close: &str) -> Self {
         CelPath {
@@ -931,9 +1187,26 @@ impl CelPath {
     }
 }
 
+/// Of a list of findings strings `f` (one per element, `''` for none; each holding `mark`
+/// where `prefix` (a CEL string expression) and the element's index go), the first element's
+/// findings, then how many other elements have findings, named under `list_path`. Linear:
+/// `indexOf` on a list of booleans, once.
+fn first_with_findings(f: &str, mark: char, prefix: &str, list_path: &str, what: &str) -> String {
+    let first = format!("{f}.map(s, s != '').indexOf(true)");
+    let others = format!("size({f}.filter(s, s != '')) - 1");
+    format!(
+        "({f}.exists(s, s != '') ? {f}[{first}].replace({}, {prefix} + '[' + string({first}) + ']') \
+         + ({others} > 0 ? '; ' + {list_path} + ': ' + string({others}) + ' more {what}' : '') \
+         : '')",
+        cel_string(&mark.to_string())
+    )
+}
+
 /// The findings (one string) of the templates that `steps` find below `value` (a CEL
 /// expression), at `path`. The template's spec is bound to a short name (`[v].map(p, …)[0]`),
-/// so that the text does not repeat the path to it in every rule.
+/// so that the text does not repeat the path to it in every rule. Under a list (`[*]`) the
+/// findings of the first element that has any are named, and the others counted: an element's
+/// index is found once, linear in the list.
 fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize) -> String {
     match steps.split_first() {
         None => {
@@ -946,12 +1219,34 @@ fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize)
                 Shape::PodTemplateSpec => format!("has({value}.spec)"),
                 Shape::PodSpec => "true".to_string(),
             };
-            // The path is written into each message rather than bound: a message is built
-            // only for a denied field, and a path under a list finds its index with
-            // `indexOf`, linear in the list, which every element paying would make quadratic.
+            // The three container lists as pairs `[name, list]`, judged by one expression.
+            let lists: Vec<String> = LISTS
+                .iter()
+                .map(|l| format!("[dyn('{l}'), has({pod}.{l}) ? {pod}.{l} : []]"))
+                .collect();
+            let f = format!("f{depth}");
+            let list_path = format!("{} + '.' + l{depth}[0]", spec_path.with(""));
+            let per_list = format!(
+                "[{}].map(l{depth}, [l{depth}[1].map(c, !(l{depth}[0] == 'initContainers' \
+                 && has(c.name) && c.name == {}) ? ({}).join('; ') : '')].map({f}, {})[0])",
+                lists.join(", "),
+                cel_string(PREP_CONTAINER),
+                container_range_findings("c"),
+                first_with_findings(
+                    &f,
+                    CONTAINER_MARK,
+                    &list_path,
+                    &list_path,
+                    "containers with an id outside its range"
+                )
+            );
+            let findings = [
+                format!("({})", pod_ranges(&pod, &spec_path.with(""))),
+                per_list,
+            ];
             format!(
-                "({guard} ? [{spec}].map({pod}, ({}).join('; '))[0] : '')",
-                range_violations(&pod, &spec_path.with(""), "true")
+                "({guard} ? [{spec}].map({pod}, ({}).filter(s, s != '').join('; '))[0] : '')",
+                findings.join(" + ")
             )
         }
         Some((Step::Key(key), rest)) => format!(
@@ -965,11 +1260,18 @@ fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize)
             )
         ),
         Some((Step::EveryElement, rest)) => {
-            let e = format!("e{depth}");
-            let at = path.dynamic("[", &format!("string({value}.indexOf({e}))"), "]");
+            let (e, l) = (format!("e{depth}"), format!("l{depth}"));
+            let mark = element_mark(depth);
             format!(
-                "{value}.map({e}, {}).filter(s, s != '').join('; ')",
-                walk(rest, &e, &at, shape, depth + 1)
+                "[{value}.map({e}, {})].map({l}, {})[0]",
+                walk(rest, &e, &path.marked(mark), shape, depth + 1),
+                first_with_findings(
+                    &l,
+                    mark,
+                    "''",
+                    &path.with(""),
+                    "elements with an id outside its range"
+                )
             )
         }
         Some((Step::EveryValue, rest)) => {
@@ -981,45 +1283,6 @@ fn walk(steps: &[Step], value: &str, path: &CelPath, shape: Shape, depth: usize)
             )
         }
     }
-}
-
-/// Every container other than the canonical prep whose effective runAsNonRoot (its own, else
-/// the pod's) is not `true`, named by its own field, where the fix goes. Pods and Jobs only:
-/// a controller's pods get it from the mutation when they are created.
-fn non_root_violations() -> String {
-    let mut parts = Vec::new();
-    for list in LISTS {
-        let exempt = if list == "initContainers" {
-            format!(
-                "!(variables.prepExempt && c.name == {}) && ",
-                cel_string(PREP_CONTAINER)
-            )
-        } else {
-            String::new()
-        };
-        let own = "has(c.securityContext) && has(c.securityContext.runAsNonRoot)";
-        let path = format!(
-            "variables.specPath + '.{list}[' + string(variables.pod.{list}.indexOf(c)) + '].securityContext.runAsNonRoot: '"
-        );
-        // An ephemeral-container update judges only the ephemeral containers' runAsNonRoot:
-        // the others are immutable and already run (as the webhook's `/validate`).
-        let judged = match list {
-            "ephemeralContainers" => format!("has(variables.pod.{list})"),
-            _ => {
-                format!("request.subResource != 'ephemeralcontainers' && has(variables.pod.{list})")
-            }
-        };
-        parts.push(format!(
-            "({judged} ? variables.pod.{list}.filter(c, {exempt}\
-             !({own} ? c.securityContext.runAsNonRoot == true : variables.podNonRoot))\
-             .map(c, {path} + ({own} ? 'false is not allowed' \
-             : 'not set, and the pod\\'s spec.securityContext.runAsNonRoot is not true')) : [])"
-        ));
-    }
-    format!(
-        "variables.tableKind || variables.controller ? [] : {}",
-        parts.join(" + ")
-    )
 }
 
 /// One entry of the policy's `validations`.
@@ -1035,24 +1298,36 @@ const RANGE_ADVICE: &str = "Use a uid in 1..2147483647 and a gid in 0..214748364
 const NONROOT_ADVICE: &str = "Set runAsNonRoot: true on the pod or the container; only \
      modelgate's own model-cache-prep may run as root.";
 
-/// The policy's `validations`: the ranges, then non-root.
+/// The policy's `validations`: the ranges, then non-root. Each expression is a test on
+/// variables that are linear in the object; its message names the fields.
 pub fn validations() -> Vec<Validation> {
-    let entry = |variable: &str, advice: &str, fallback: &str| Validation {
-        expression: format!("size(variables.{variable}) == 0"),
+    let entry = |expression: String, list: String, advice: &str, fallback: &str| Validation {
+        expression,
         message_expression: format!(
-            "variables.{variable}.join('; ') + {}",
+            "{} + {}",
+            bounded(&format!("({list}).join('; ')")),
             cel_string(&format!(". {advice} {MESSAGE_SUFFIX}"))
         ),
         message: format!("{fallback} {advice} {MESSAGE_SUFFIX}"),
     };
     vec![
         entry(
-            "rangeViolations",
+            format!(
+                "variables.tableKind ? size(variables.tableRangeViolations) == 0 \
+                 : size(variables.podRanges) + {} == 0",
+                found_count("range")
+            ),
+            format!(
+                "variables.tableKind ? variables.tableRangeViolations \
+                 : variables.podRanges + {}",
+                named("range", container_range_findings)
+            ),
             RANGE_ADVICE,
             "A runAsUser, runAsGroup or fsGroup of the pod is outside its range.",
         ),
         entry(
-            "nonRootViolations",
+            format!("{} == 0", found_count("nonRoot")),
+            named("nonRoot", non_root_finding),
             NONROOT_ADVICE,
             "A container may run as root: its runAsNonRoot (its own, else the pod's) is not true.",
         ),

@@ -36,6 +36,26 @@ pub enum PrepMode {
     Never,
 }
 
+/// A Pod Security Admission level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodSecurityLevel {
+    #[default]
+    Privileged,
+    Baseline,
+    Restricted,
+}
+
+impl PodSecurityLevel {
+    /// The level as Pod Security's labels and configuration write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodSecurityLevel::Privileged => "privileged",
+            PodSecurityLevel::Baseline => "baseline",
+            PodSecurityLevel::Restricted => "restricted",
+        }
+    }
+}
+
 /// Directory of a model under the cache PVC's `models/` (SPEC.md §5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheLayout {
@@ -90,6 +110,14 @@ pub struct PolicyConfig {
     /// ([`parse_prep_host_path`]); none by default (SPEC.md §4).
     pub prep_host_paths: Vec<String>,
 
+    /// The Pod Security level of a namespace without a `pod-security.kubernetes.io/enforce`
+    /// label: what the cluster's PSA configuration defaults to (SPEC.md §9).
+    pub pod_security_default: PodSecurityLevel,
+
+    /// Inline volume types (`nfs`, `csi`, …) whose cache volume still gets the prep; none by
+    /// default: only claims and claim templates do (SPEC.md §4).
+    pub prep_volume_types: Vec<String>,
+
     /// The kinds whose pod templates are judged at apply time, and where the templates are
     /// (SPEC.md §11, §12): the rows shipped, plus `--workload-kinds`.
     pub workload_kinds: Arc<WorkloadKinds>,
@@ -111,6 +139,8 @@ impl Default for PolicyConfig {
             exempt_namespaces: Vec::new(),
             default_mode: Mode::Enforce,
             prep_host_paths: Vec::new(),
+            prep_volume_types: Vec::new(),
+            pod_security_default: PodSecurityLevel::Privileged,
             workload_kinds: WorkloadKinds::defaults(),
         }
     }
@@ -177,6 +207,33 @@ pub fn normalise_absolute(path: &str) -> Option<String> {
         out.push('/');
     }
     Some(out)
+}
+
+/// `--prep-volume-type`: a volume source of the Pod API (`nfs`, `csi`, `cephfs`, …) whose
+/// inline cache volumes may get the root prep. Refused: `hostPath` (its prefixes are
+/// `--prep-host-path`), the claims (they get the prep without it), and the sources that are
+/// never cache storage.
+pub fn parse_prep_volume_type(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let identifier = t.starts_with(|c: char| c.is_ascii_lowercase())
+        && t.chars().all(|c| c.is_ascii_alphanumeric());
+    if !identifier {
+        return Err(format!(
+            "{s:?} is not a volume type: expected a volume source of the Pod API, such as nfs or csi"
+        ));
+    }
+    if t == "hostPath" {
+        return Err("hostPath: allow node directories with --prep-host-path PREFIX".into());
+    }
+    if crate::policy::cache_prep::PROVISIONED.contains(&t) {
+        return Err(format!(
+            "{t}: claims get the prep without --prep-volume-type"
+        ));
+    }
+    if crate::policy::cache_prep::NOT_CACHE_STORAGE.contains(&t) {
+        return Err(format!("{t}: never cache storage (nothing to prepare)"));
+    }
+    Ok(t.to_string())
 }
 
 /// `--prep-host-path`: an absolute node directory, kept normalised.
@@ -337,6 +394,23 @@ mod tests {
             "/mé",
         ] {
             assert!(shell_safe_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn prep_volume_types_are_inline_sources_only() {
+        assert_eq!(parse_prep_volume_type(" nfs ").as_deref(), Ok("nfs"));
+        assert_eq!(parse_prep_volume_type("csi").as_deref(), Ok("csi"));
+        for (bad, says) in [
+            ("hostPath", "--prep-host-path"),
+            ("persistentVolumeClaim", "without --prep-volume-type"),
+            ("emptyDir", "never cache storage"),
+            ("", "not a volume type"),
+            ("NFS", "not a volume type"),
+            ("nfs,csi", "not a volume type"),
+        ] {
+            let e = parse_prep_volume_type(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 

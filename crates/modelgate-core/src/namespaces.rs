@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::config::PodSecurityLevel;
 use arc_swap::ArcSwap;
 use serde_json::Value;
 
@@ -173,12 +174,18 @@ impl Namespaces {
         out
     }
 
-    /// Whether the namespace enforces Pod Security `restricted`, which refuses root containers.
-    pub fn enforces_restricted(&self, namespace: &str) -> bool {
-        self.by_name
+    /// Whether the namespace enforces Pod Security `restricted`, which refuses root containers:
+    /// by its `pod-security.kubernetes.io/enforce` label, else by `default` (the level the
+    /// cluster's PSA configuration gives a namespace without that label).
+    pub fn enforces_restricted(&self, namespace: &str, default: PodSecurityLevel) -> bool {
+        match self
+            .by_name
             .get(namespace)
             .and_then(|l| l.pod_security_enforce.as_deref())
-            == Some("restricted")
+        {
+            Some(level) => level == "restricted",
+            None => default == PodSecurityLevel::Restricted,
+        }
     }
 }
 

@@ -292,7 +292,9 @@ fn decide_unbounded(
     let mut decision = if ns_mode.mode == Mode::Off {
         mode::off()
     } else {
-        let restricted = ctx.namespaces.enforces_restricted(namespace);
+        let restricted = ctx
+            .namespaces
+            .enforces_restricted(namespace, ctx.config.pod_security_default);
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
             let workload = d.workload(namespace, restricted)?;
             match (webhook, ns_mode.mode) {

@@ -523,6 +523,44 @@ fn restricted_namespaces_get_no_root_prep_and_run_as_the_cache_owner() {
     assert!(!v.allowed());
 }
 
+/// A cluster whose PSA configuration defaults to `restricted` refuses the root prep in a
+/// namespace with no label: `--pod-security-default restricted` says so, and a namespace
+/// labelled with another level keeps the prep.
+#[test]
+fn the_pod_security_default_counts_for_namespaces_without_the_label() {
+    let cfg = PolicyConfig {
+        pod_security_default: crate::config::PodSecurityLevel::Restricted,
+        ..PolicyConfig::default()
+    };
+    let mut ns = namespaces();
+    let labels: BTreeMap<String, String> = [(
+        POD_SECURITY_ENFORCE_LABEL.to_string(),
+        "baseline".to_string(),
+    )]
+    .into();
+    ns.set("ns-baseline", NamespaceLabels::from_labels(&labels));
+    let index = CacheIndex::new();
+    let a = run_in(Webhook::Mutate, "ns-plain", cache_pod(), &cfg, &ns, &index);
+    let pod = patched(&cache_pod(), &a.patch);
+    assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
+    assert_eq!(
+        a.warnings(),
+        [
+            "namespace ns-plain enforces Pod Security restricted, which refuses the root model-cache-prep: not injected; the pod is treated as under --model-cache-prep=never"
+        ]
+    );
+    let a = run_in(
+        Webhook::Mutate,
+        "ns-baseline",
+        cache_pod(),
+        &cfg,
+        &ns,
+        &index,
+    );
+    let pod = patched(&cache_pod(), &a.patch);
+    assert_eq!(pod["spec"]["initContainers"][0]["name"], "model-cache-prep");
+}
+
 #[test]
 fn in_warn_mode_a_restricted_namespace_hears_why_no_prep_would_be_injected() {
     let mut ns = namespaces();

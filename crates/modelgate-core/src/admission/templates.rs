@@ -367,7 +367,9 @@ pub(super) fn decide(
     } else {
         let scope = Scope {
             namespace,
-            restricted: ctx.namespaces.enforces_restricted(namespace),
+            restricted: ctx
+                .namespaces
+                .enforces_restricted(namespace, ctx.config.pod_security_default),
             enforce: ns_mode.mode == Mode::Enforce,
             ctx,
         };
@@ -605,7 +607,9 @@ pub fn partial_findings(
     };
     let scope = Scope {
         namespace,
-        restricted: ctx.namespaces.enforces_restricted(namespace),
+        restricted: ctx
+            .namespaces
+            .enforces_restricted(namespace, ctx.config.pod_security_default),
         // Partial templates are judged on their fields alone, never mutated.
         enforce: false,
         ctx,

@@ -461,41 +461,59 @@ fn without_fsgroup_the_owner_is_the_pod_uid_else_the_init_container_user() {
 }
 
 #[test]
-fn only_writable_storage_gets_a_prep() {
-    for (source, expected) in [
-        (json!({"persistentVolumeClaim": {"claimName": "c"}}), true),
+fn only_provisioned_storage_gets_a_prep() {
+    // (source, prep, fsGroup): a claim or claim template gets both; an inline volume names its
+    // storage in the pod (a server, export or disk of its choosing), so it gets the fsGroup
+    // but no root prep; what is not storage gets neither.
+    for (source, prep, expected) in [
+        (
+            json!({"persistentVolumeClaim": {"claimName": "c"}}),
+            true,
+            true,
+        ),
         (
             json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
             true,
+            true,
         ),
-        (json!({"csi": {"driver": "d"}}), true),
-        (json!({"nfs": {"server": "s", "path": "/p"}}), true),
-        (json!({"cephfs": {"monitors": ["m"]}}), true),
-        (json!({"rbd": {"monitors": ["m"], "image": "i"}}), true),
+        (json!({"csi": {"driver": "d"}}), false, true),
+        (json!({"nfs": {"server": "s", "path": "/p"}}), false, true),
+        (json!({"cephfs": {"monitors": ["m"]}}), false, true),
+        (
+            json!({"rbd": {"monitors": ["m"], "image": "i"}}),
+            false,
+            true,
+        ),
         (
             json!({"iscsi": {"targetPortal": "t", "iqn": "q", "lun": 0}}),
+            false,
             true,
         ),
         (
             json!({"azureFile": {"secretName": "s", "shareName": "d"}}),
+            false,
             true,
         ),
-        (json!({"awsElasticBlockStore": {"volumeID": "v"}}), true),
-        (json!({"gcePersistentDisk": {"pdName": "p"}}), true),
-        (json!({"emptyDir": {}}), false),
-        (json!({"configMap": {"name": "c"}}), false),
-        (json!({"secret": {"secretName": "s"}}), false),
-        (json!({"downwardAPI": {}}), false),
-        (json!({"projected": {"sources": []}}), false),
-        (json!({"image": {"reference": "r"}}), false),
-        (json!({"gitRepo": {"repository": "r"}}), false),
+        (
+            json!({"awsElasticBlockStore": {"volumeID": "v"}}),
+            false,
+            true,
+        ),
+        (json!({"gcePersistentDisk": {"pdName": "p"}}), false, true),
+        (json!({"emptyDir": {}}), false, false),
+        (json!({"configMap": {"name": "c"}}), false, false),
+        (json!({"secret": {"secretName": "s"}}), false, false),
+        (json!({"downwardAPI": {}}), false, false),
+        (json!({"projected": {"sources": []}}), false, false),
+        (json!({"image": {"reference": "r"}}), false, false),
+        (json!({"gitRepo": {"repository": "r"}}), false, false),
         // No source: the API server makes it an emptyDir.
-        (json!({}), false),
+        (json!({}), false, false),
     ] {
         let mut vol = source.clone();
         vol["name"] = json!("model-cache");
         let a = mutate(cache_pod(vol));
-        assert_eq!(prep_of(&a.patched).is_object(), expected, "{source}");
+        assert_eq!(prep_of(&a.patched).is_object(), prep, "{source}");
         assert_eq!(
             a.patched["spec"]["securityContext"]
                 .get("fsGroup")
@@ -504,6 +522,42 @@ fn only_writable_storage_gets_a_prep() {
             "{source}"
         );
     }
+}
+
+/// An inline network volume gets the root prep only when the operator allows its type with
+/// `--prep-volume-type`; otherwise the pod is treated as under `--model-cache-prep=never`, with
+/// a warning that says why, and `/validate` refuses a prep container there.
+#[test]
+fn an_inline_network_volume_gets_the_prep_only_by_its_type() {
+    let nfs = json!({"name": "model-cache", "nfs": {"server": "10.0.0.1", "path": "/"}});
+    let a = mutate(cache_pod(nfs.clone()));
+    assert!(prep_of(&a.patched).is_null(), "{}", a.patched);
+    assert_eq!(
+        a.warnings(),
+        [
+            "the cache volume is an inline nfs volume, whose storage the pod names: no root \
+          model-cache-prep there (--prep-volume-type allows a type); the pod is treated as \
+          under --model-cache-prep=never"
+        ]
+    );
+    let cfg = PolicyConfig {
+        prep_volume_types: vec!["nfs".into()],
+        ..PolicyConfig::default()
+    };
+    let index = CacheIndex::new();
+    let allowed = mutate_with("Pod", "team-a", cache_pod(nfs.clone()), &cfg, &index);
+    assert_eq!(
+        prep_command(&allowed.patched),
+        "chown 0:102 /models && chmod g+rwX /models"
+    );
+    assert!(allowed.warnings().is_empty(), "{:?}", allowed.warnings());
+    // Another type stays refused under that flag.
+    let csi = json!({"name": "model-cache", "csi": {"driver": "x"}});
+    let a = mutate_with("Pod", "team-a", cache_pod(csi), &cfg, &index);
+    assert!(prep_of(&a.patched).is_null(), "{}", a.patched);
+    // The prep the flag allowed is refused by a validator without it.
+    assert!(validate_pod(allowed.patched.clone(), &cfg).allowed());
+    assert!(!validate_pod(allowed.patched, &PolicyConfig::default()).allowed());
 }
 
 /// SPEC.md §4: a `hostPath` cache volume names a node directory the pod chose, so the root prep

@@ -65,19 +65,51 @@ pub(super) fn disallowed_host_path<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> 
         .find(|path| !cfg.allows_prep_on_host_path(path))
 }
 
+/// Volume sources whose storage the cluster provisioned: a claim, or a claim template. Every
+/// other source of a cache volume names its target in the pod (a node directory, a server and
+/// export, a pool, a disk), and a root prep would chown whatever the pod points it at.
+pub(crate) const PROVISIONED: [&str; 2] = ["persistentVolumeClaim", "ephemeral"];
+
+/// The source of the cache volume that the pod names inline and the operator did not allow
+/// with `--prep-volume-type` (`hostPath` aside: [`disallowed_host_path`]), if it has one.
+pub(super) fn disallowed_inline_source<'a>(
+    w: &Workload<'a>,
+    cfg: &PolicyConfig,
+) -> Option<&'a str> {
+    let name = cache_volume_name(w, cfg);
+    w.spec
+        .volumes()
+        .iter()
+        .filter(|v| v.name() == name)
+        .flat_map(|v| v.sources.iter())
+        .map(|source| &**source)
+        .find(|source| {
+            !PROVISIONED.contains(source)
+                && *source != "hostPath"
+                && !NOT_CACHE_STORAGE.contains(source)
+                && !cfg.prep_volume_types.iter().any(|t| t == source)
+        })
+}
+
 /// Why this pod gets no prep although `--model-cache-prep=always` and it mounts the cache.
 enum Withheld<'a> {
     /// The namespace enforces Pod Security `restricted`, which refuses a root container (§9).
     PodSecurity,
     /// The cache volume is a node directory the operator did not allow (§4).
     HostPath(&'a str),
+    /// The cache volume is an inline volume of this type, which names its storage in the pod,
+    /// and the operator did not allow the type (§4).
+    Inline(&'a str),
 }
 
 fn withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
     if w.restricted_namespace {
         return Some(Withheld::PodSecurity);
     }
-    disallowed_host_path(w, cfg).map(Withheld::HostPath)
+    if let Some(path) = disallowed_host_path(w, cfg) {
+        return Some(Withheld::HostPath(path));
+    }
+    disallowed_inline_source(w, cfg).map(Withheld::Inline)
 }
 
 /// `--model-cache-prep` as it applies to this pod: `never` where the prep is withheld (a Pod
@@ -101,6 +133,12 @@ pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<Strin
             "namespace {} enforces Pod Security restricted, which refuses the root \
              {PREP_CONTAINER}: not injected; the pod is treated as under --model-cache-prep=never",
             w.namespace
+        ),
+        Withheld::Inline(source) => format!(
+            "the cache volume is an inline {} volume, whose storage the pod names: no root \
+             {PREP_CONTAINER} there (--prep-volume-type allows a type); the pod is treated as \
+             under --model-cache-prep=never",
+            super::shorten_uri(source, 64)
         ),
         Withheld::HostPath(path) => {
             let fixed = "the cache volume is hostPath  on the node, outside --prep-host-path: \

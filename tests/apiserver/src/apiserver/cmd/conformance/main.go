@@ -7,7 +7,8 @@
 //
 //	conformance -modelgate target/debug/modelgate -corpus ../shared/corpus -examples examples -out DIR
 //
-// It exits 1 if anything failed, after printing each failure and a summary.
+// It exits 1 if anything failed, after printing each failure and a summary; 2 if it could not
+// run (a kube-cel binary or the backstop missing, ...).
 package main
 
 import (
@@ -23,18 +24,28 @@ func main() {
 	bin := flag.String("modelgate", "target/debug/modelgate", "the modelgate binary under test")
 	corpus := flag.String("corpus", "../shared/corpus", "the shared corpus (Pods, Jobs, workloads, AdmissionReviews)")
 	examples := flag.String("examples", "examples", "the examples directory (pod.yaml, job.yaml, cluster-state.yaml)")
-	out := flag.String("out", "target/apiserver/conformance", "where to write the objects as stored (final/) and as first seen (input/)")
+	out := flag.String("out", "target/apiserver/conformance", "where to write the objects as stored (final/), as first seen (input/), and the backstop's kube-cel cases and output (backstop/)")
 	verbose := flag.Bool("v", false, "print each object's decision")
-	verdicts := flag.String("backstop-verdicts", "target/apiserver/backstop-outage.json", "the backstop's verdicts on the same objects (written by cargo test --test backstop)")
+	backstopVAP := flag.String("backstop-vap", "", "the backstop as `modelgate backstop` prints it (YAML or JSON stream: the ValidatingAdmissionPolicy and its binding); empty: render it with the -modelgate binary")
+	kubeCEL := flag.String("kube-cel", "../shared/tools/kube-cel", "the directory of the kube-cel binaries (vap130, vap131, vap132, vap136: kube-apiserver's admission-policy CEL)")
 	mlRequests := flag.String("ml-kinds-requests", "target/apiserver/ml-kinds-requests.json", "the ML custom resources' requests and matchConditions verdicts (written by cargo test --test ml_kinds)")
 	flag.Parse()
-	if err := run(*bin, *corpus, *examples, *out, *verdicts, *mlRequests, *verbose); err != nil {
+	if err := checkKubeCEL(*kubeCEL); err != nil {
+		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		os.Exit(2)
+	}
+	policy, err := loadBackstop(*backstopVAP, *bin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "conformance: the backstop: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(*bin, *corpus, *examples, *out, *mlRequests, *kubeCEL, policy, *verbose); err != nil {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(2)
 	}
 }
 
-func run(bin, corpus, examples, out, verdicts, mlRequests string, verbose bool) error {
+func run(bin, corpus, examples, out, mlRequests, kubeCEL string, policy *backstopPolicy, verbose bool) error {
 	for _, d := range []string{"final", "input"} {
 		if err := os.RemoveAll(filepath.Join(out, d)); err != nil {
 			return err
@@ -77,21 +88,24 @@ func run(bin, corpus, examples, out, verdicts, mlRequests string, verbose bool) 
 	if err != nil {
 		return err
 	}
-	rep.print(os.Stdout)
-	fmt.Printf("\nML custom resources (validate-controllers.modelgate.io): %d requests, %d kept out by the matchConditions, %d sent (%d refused); %d pods of their complete templates through the admission chain\n",
-		ml.requests, ml.keptOut, ml.sent, ml.refused, ml.pods)
-	outageFailures, created, refused, err := outage(srv.URL, srv.CAPEM, verdicts)
+	toolFailures, err := evaluateBackstop(policy, h.cel, kubeCEL, filepath.Join(out, "backstop"))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\noutage with the backstop (modelgate stopped, failurePolicy Ignore): %d created, %d refused by the backstop\n", created, refused)
-	for _, f := range outageFailures {
-		fmt.Println("  outage: " + f)
+	for _, f := range toolFailures {
+		rep.fail(testCase{Name: "kube-cel"}, "backstop-kube-cel", "%s", f)
 	}
-	if n := rep.failed() + len(outageFailures); n > 0 {
-		fmt.Printf("\nFAILED: %d failures (modelgate's log: %s)\n", n, filepath.Join(out, "modelgate.log"))
+	counts := judgeBackstop(rep, h.cel)
+	outageCounts := outage(srv.URL, srv.CAPEM, rep, h.cel)
+	rep.print(os.Stdout)
+	fmt.Printf("\nML custom resources (validate-controllers.modelgate.io): %d requests, %d kept out by the matchConditions, %d sent (%d refused); %d pods of their complete templates through the admission chain\n",
+		ml.requests, ml.keptOut, ml.sent, ml.refused, ml.pods)
+	printBackstop(os.Stdout, policy, kubeCEL, counts, h.cel)
+	fmt.Printf("\noutage with the backstop (modelgate stopped, failurePolicy Ignore, every version of kube-apiserver's CEL): %s\n", outageCounts)
+	if n := rep.failed(); n > 0 {
+		fmt.Printf("\nFAILED: %d failures (modelgate's log: %s; kube-cel's cases and output: %s)\n", n, filepath.Join(out, "modelgate.log"), filepath.Join(out, "backstop"))
 		os.Exit(1)
 	}
-	fmt.Println("\nok: every object admitted as the API server would, valid, in one round; during an outage the backstop created none that /validate denies")
+	fmt.Println("\nok: every object admitted as the API server would, valid, in one round, and by the backstop in every version; during an outage the backstop created none that /validate denies")
 	return nil
 }

@@ -31,6 +31,8 @@ type harness struct {
 	outDir string
 	rep    *report
 	seq    int
+	// cel: every request for the backstop to judge with kube-apiserver's CEL (backstop.go).
+	cel []*celCase
 }
 
 // outcome of one object's admission.
@@ -50,7 +52,10 @@ type outcome struct {
 //     /mutate again with the result: SPEC §4 wants no second round, so its patch must be empty;
 //  4. BeforeCreate, then POST /validate: must allow;
 //  5. the API server's validation (apiserver/validation): no error the input did not have;
-//     and a Guaranteed pod stays Guaranteed.
+//     and a Guaranteed pod stays Guaranteed;
+//  6. for the backstop (backstop.go): the object as stored when both webhooks admit it (a Pod
+//     also with another webhook's init container first), and for the outage (outage.go) the
+//     object unmutated, with what /validate says of it as it is.
 func (h *harness) admit(c testCase) outcome {
 	obj := object.Copy(c.Object)
 	admission.Prepare(c.Kind, obj, c.Namespace, c.User)
@@ -64,6 +69,15 @@ func (h *harness) admit(c testCase) outcome {
 	admission.BeforeCreate(c.Kind, input, podQoS(c.Kind, input))
 	inputErrs := validate(c.Kind, input)
 	out := outcome{input: input}
+	// The outage's input: the object as the validating admission sees it when the mutating
+	// webhook does not answer (failurePolicy Ignore), and /validate's word on it, asked now
+	// that modelgate runs.
+	if v, err := h.call(c, "/validate", input, false); err != nil {
+		h.rep.fail(c, "call", "/validate of the unmutated object (the outage's input): %v", err)
+	} else {
+		oc := h.record(c, roleOutage, input)
+		oc.validateAllowed, oc.validateMessage = v.Allowed, message(v)
+	}
 
 	first, err := h.call(c, "/mutate", obj, true)
 	if err != nil {
@@ -116,6 +130,11 @@ func (h *harness) admit(c testCase) outcome {
 		h.rep.fail(c, "call", "/validate: %v", err)
 	} else if !v.Allowed {
 		h.rep.fail(c, "validate-denied", "%s", message(v))
+	} else {
+		h.record(c, roleAdmitted, stored)
+		if c.Kind == admission.PodKind {
+			h.record(c, roleIstio, withIstioInit(stored))
+		}
 	}
 	known := map[string]bool{}
 	for _, e := range inputErrs {

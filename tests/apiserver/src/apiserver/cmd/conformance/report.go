@@ -21,6 +21,10 @@ var failureKinds = []struct{ kind, meaning string }{
 	{"ml-kept-out", "the matchConditions kept the CREATE of an ML custom resource out of modelgate"},
 	{"ml-refused", "an ML custom resource was refused although every pod of its templates would be admitted"},
 	{"ml-admitted", "an ML custom resource was admitted although the pod of a complete template would be refused"},
+	{"backstop-kube-cel", "kube-apiserver's CEL (kube-cel) did not compile the backstop, failed, or gave no decision for a request"},
+	{"backstop-admitted", "the backstop (kube-apiserver's CEL, some version) did not ADMIT an object modelgate admitted, as stored"},
+	{"backstop-istio", "the same, for the Pod with another webhook's init container (istio-validation) at initContainers[0]"},
+	{"outage", "outage (modelgate stopped): the backstop erred or the versions disagreed, refused without its message, created what /validate denies, or a webhook answered"},
 }
 
 type report struct {

@@ -865,7 +865,10 @@ fn container_out_of_range(c: &str) -> String {
 /// The variable that holds what `rule` finds in `list`: `rangeInitContainers`, ….
 fn list_variable(rule: &str, list: &str) -> String {
     let mut chars = list.chars();
-    let first = chars.next().map(|c| c.to_ascii_uppercase()).unwrap_or_default();
+    let first = chars
+        .next()
+        .map(|c| c.to_ascii_uppercase())
+        .unwrap_or_default();
     format!("{rule}{first}{}", chars.as_str())
 }
 

@@ -1977,3 +1977,114 @@ fn the_most_extra_workload_kinds_compile_and_are_judged() {
     );
     assert_no_failures(&checks.run());
 }
+
+/// Upgrades refuse nothing: while replicas of the previous release still answer, a pod they
+/// patched under the previous settings (another prep image, mount path, init-container user)
+/// is admitted by the new policy, as is one patched under the new settings; a prep canonical
+/// under neither is refused. `modelgate backstop --previous-values FILE` reads the previous
+/// flags from a file.
+#[test]
+fn an_upgrade_admits_the_previous_releases_prep() {
+    let current = configs()[0].1.clone();
+    let previous = PolicyConfig {
+        init_image: "docker.io/curlimages/curl:8.17.0".into(),
+        cache_mount_path: "/cache".into(),
+        init_container_user: 4242,
+        default_fsgroup: 0,
+        ..current.clone()
+    };
+    let third = PolicyConfig {
+        init_image: "docker.io/curlimages/curl:8.16.0".into(),
+        ..current.clone()
+    };
+    let sel = selection();
+    let across = Policy {
+        objects: backstop::objects_across_upgrade(&current, &previous, &sel)
+            .unwrap_or_else(|e| panic!("the backstop is not rendered: {e}")),
+        kinds: current.workload_kinds.clone(),
+    };
+    let only_current = Policy::new(&current, &sel);
+    let labels = enforce_labels();
+    let pods = [
+        (
+            "patched by the new release",
+            pod_with_canonical_prep(&current),
+        ),
+        (
+            "patched by the previous release",
+            pod_with_canonical_prep(&previous),
+        ),
+        (
+            "patched with a third prep image",
+            pod_with_canonical_prep(&third),
+        ),
+    ];
+    let mut checks = Checks::default();
+    for (i, (what, pod)) in pods.iter().enumerate() {
+        let r = Request::create(pod, &labels);
+        checks.expect(
+            &across,
+            format!("across the upgrade, {what}"),
+            &r,
+            move |got| (*got == Verdict::Admit) == (i < 2) && (i < 2 || denies_a_root_prep(got)),
+        );
+        checks.expect(
+            &only_current,
+            format!("without one, {what}"),
+            &r,
+            move |got| (*got == Verdict::Admit) == (i == 0),
+        );
+    }
+    assert_no_failures(&checks.run());
+
+    // The binary: the previous flags from a file, as the webhook takes them.
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("previous.flags");
+    std::fs::write(
+        &flags,
+        "# the previous release\n--init-image=docker.io/curlimages/curl:8.17.0\n\
+         --cache-mount-path=/cache --init-container-user=4242\n",
+    )
+    .unwrap();
+    let path = flags.to_str().unwrap();
+    let printed = cli::modelgate(&["backstop", "--previous-values", path]);
+    cli::assert_exit(&printed, 0);
+    let vap = serde_json::to_value(
+        modelgate::documents::read_documents("backstop", &printed.stdout)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.value)
+            .find(|v| v["kind"] == "ValidatingAdmissionPolicy")
+            .unwrap(),
+    )
+    .unwrap();
+    let variable = |name: &str| {
+        vap["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v["expression"].clone())
+    };
+    assert_eq!(
+        variable("previousPrepImage"),
+        Some(json!("\"docker.io/curlimages/curl:8.17.0\""))
+    );
+    assert_eq!(variable("previousInitContainerUser"), Some(json!("4242")));
+    assert_eq!(
+        variable("previousCacheMountPath"),
+        Some(json!("\"/cache\""))
+    );
+    assert_eq!(
+        variable("prepImage"),
+        Some(json!("\"docker.io/curlimages/curl:8.18.0\""))
+    );
+    std::fs::write(&flags, "--init-image=x:1 --no-such-flag\n").unwrap();
+    let refused = cli::modelgate(&["backstop", "--previous-values", path]);
+    cli::assert_exit(&refused, 1);
+    assert!(
+        refused.stderr.contains("--previous-values") && refused.stderr.contains("--no-such-flag"),
+        "{}",
+        refused.stderr
+    );
+}

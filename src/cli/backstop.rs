@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::Args;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser};
 
 use crate::backstop::{self, Selection};
 use crate::cli::policy::PolicyArgs;
@@ -59,8 +62,47 @@ pub struct BackstopArgs {
     )]
     pub exclude_priority_classes: Vec<String>,
 
+    /// A file of the policy flags the previous release ran with (as the webhook takes them,
+    /// one or more per line, `#` comments): during the rollout of an upgrade the policy accepts
+    /// the prep container canonical under either settings, so that replicas of the previous
+    /// release still answering get no pod refused. Without it the previous settings are these.
+    #[arg(long, value_name = "FILE", env = "MODELGATE_BACKSTOP_PREVIOUS_VALUES")]
+    pub previous_values: Option<PathBuf>,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+/// The policy flags alone, for `--previous-values`.
+#[derive(Parser, Debug)]
+#[command(name = "--previous-values", no_binary_name = true)]
+struct PreviousPolicy {
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// The settings of `--previous-values FILE`: its flags parsed as the webhook parses them, with
+/// no environment variable read (those are this release's).
+fn previous_settings(path: &Path) -> anyhow::Result<crate::config::PolicyConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--previous-values {}: cannot read it", path.display()))?;
+    let words: Vec<&str> = text
+        .lines()
+        .map(|line| line.split_once('#').map_or(line, |(before, _)| before))
+        .flat_map(str::split_whitespace)
+        .collect();
+    let command = PreviousPolicy::command().mut_args(|a| a.env(None));
+    let matches = command
+        .try_get_matches_from(words)
+        .map_err(|e| {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            anyhow::anyhow!("--previous-values {}: {first}", path.display())
+        })?;
+    let previous = PreviousPolicy::from_arg_matches(&matches)
+        .map_err(|e| anyhow::anyhow!("--previous-values {}: {e}", path.display()))?;
+    Ok(previous.policy.into_config())
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -89,9 +131,19 @@ impl BackstopArgs {
 
 /// The objects as a YAML stream, one document each.
 pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
+    let previous = args.previous_values.clone();
     let (cfg, selection) = args.into_parts();
+    let previous = match previous {
+        Some(path) => {
+            let mut previous = previous_settings(&path)?;
+            // The exemptions are resolved as for this release.
+            previous.exempt_namespaces = cfg.exempt_namespaces.clone();
+            previous
+        }
+        None => cfg.clone(),
+    };
     let mut out = String::new();
-    for object in backstop::objects(&cfg, &selection)? {
+    for object in backstop::objects_across_upgrade(&cfg, &previous, &selection)? {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&object)?);
         if !out.ends_with('\n') {

@@ -71,6 +71,17 @@ impl Selection {
 /// The policy and its binding, in the order `kubectl apply` should create them; an error when
 /// the workload-kind table makes a policy the API server would refuse.
 pub fn objects(cfg: &PolicyConfig, sel: &Selection) -> Result<[Value; 2], BackstopError> {
+    objects_across_upgrade(cfg, cfg, sel)
+}
+
+/// [`objects`] for an upgrade from the settings `previous`: while replicas of the previous
+/// release still inject their prep, the policy accepts the prep canonical under either
+/// settings, so that the upgrade itself refuses no pod.
+pub fn objects_across_upgrade(
+    cfg: &PolicyConfig,
+    previous: &PolicyConfig,
+    sel: &Selection,
+) -> Result<[Value; 2], BackstopError> {
     let rows = table_kinds(cfg);
     let shipped = WorkloadKinds::defaults();
     let added = rows
@@ -88,7 +99,7 @@ pub fn objects(cfg: &PolicyConfig, sel: &Selection) -> Result<[Value; 2], Backst
             max: MAX_EXTRA_WORKLOAD_KINDS,
         });
     }
-    let policy = policy(cfg, sel);
+    let policy = policy(cfg, previous, sel);
     check_sizes(&policy, &rows)?;
     Ok([policy, binding(cfg, sel)])
 }
@@ -231,7 +242,7 @@ fn resource_rules(cfg: &PolicyConfig) -> Value {
     Value::Array(rules)
 }
 
-fn policy(cfg: &PolicyConfig, sel: &Selection) -> Value {
+fn policy(cfg: &PolicyConfig, previous: &PolicyConfig, sel: &Selection) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -244,7 +255,7 @@ fn policy(cfg: &PolicyConfig, sel: &Selection) -> Value {
                 "resourceRules": resource_rules(cfg),
             },
             "matchConditions": match_conditions(cfg, sel),
-            "variables": variables(cfg, sel)
+            "variables": variables(cfg, previous, sel)
                 .into_iter()
                 .map(|(name, expression)| json!({"name": name, "expression": expression}))
                 .collect::<Vec<_>>(),
@@ -441,11 +452,72 @@ pub fn config_variables(cfg: &PolicyConfig) -> Vec<(String, String)> {
     ]
 }
 
-/// The policy's `variables`, in order (each may use the ones before it).
-pub fn variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String)> {
+/// The policy's `variables`, in order (each may use the ones before it): the settings, the
+/// previous release's settings (`previous…`), then the rest.
+pub fn variables(
+    cfg: &PolicyConfig,
+    previous: &PolicyConfig,
+    sel: &Selection,
+) -> Vec<(String, String)> {
     let mut v = config_variables(cfg);
-    v.extend(derived_variables(cfg, sel));
+    let settings: Vec<String> = v.iter().map(|(name, _)| name.clone()).collect();
+    v.extend(
+        config_variables(previous)
+            .into_iter()
+            .map(|(name, literal)| (previous_name(&name), literal)),
+    );
+    let mut renamed = settings;
+    renamed.extend(PREP_VARIABLES.map(String::from));
+    for (name, expression) in derived_variables(cfg, sel) {
+        let is_prep = PREP_VARIABLES.contains(&name.as_str());
+        let previous_one = is_prep.then(|| {
+            (
+                previous_name(&name),
+                with_previous_settings(&expression, &renamed),
+            )
+        });
+        v.push((name, expression));
+        v.extend(previous_one);
+    }
     v
+}
+
+/// The variables that decide whether a pod's prep is canonical, which the previous release's
+/// settings decide again for its preps (`previousPrepCanonical`, …).
+const PREP_VARIABLES: [&str; 4] = ["cacheVolume", "prepManaged", "prepCommand", "prepCanonical"];
+
+/// `prepImage` → `previousPrepImage`.
+fn previous_name(name: &str) -> String {
+    let mut chars = name.chars();
+    let first = chars
+        .next()
+        .map(|c| c.to_ascii_uppercase())
+        .unwrap_or_default();
+    format!("previous{first}{}", chars.as_str())
+}
+
+/// `expression` reading the previous release's variables: every `variables.<name>` of `names`
+/// becomes `variables.previous<Name>` (whole names only).
+fn with_previous_settings(expression: &str, names: &[String]) -> String {
+    let mut out = String::with_capacity(expression.len() + 64);
+    let mut rest = expression;
+    while let Some(at) = rest.find("variables.") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "variables.".len()..];
+        let end = after
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(after.len());
+        let name = &after[..end];
+        out.push_str("variables.");
+        if names.iter().any(|n| n == name) {
+            out.push_str(&previous_name(name));
+        } else {
+            out.push_str(name);
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The variables that are the same text whatever the settings.
@@ -543,7 +615,9 @@ fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String
         // its pods get replaced by the canonical one.
         (
             "prepExempt".into(),
-            "variables.controller ? variables.prepManaged : variables.prepCanonical".into(),
+            "variables.controller ? variables.prepManaged || variables.previousPrepManaged \
+             : variables.prepCanonical || variables.previousPrepCanonical"
+                .into(),
         ),
         // Each list's container names, to name a container's index in a message: a lookup per
         // named finding, not per container.

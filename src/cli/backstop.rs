@@ -92,14 +92,12 @@ fn previous_settings(path: &Path) -> anyhow::Result<crate::config::PolicyConfig>
         .flat_map(str::split_whitespace)
         .collect();
     let command = PreviousPolicy::command().mut_args(|a| a.env(None));
-    let matches = command
-        .try_get_matches_from(words)
-        .map_err(|e| {
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or_default();
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            anyhow::anyhow!("--previous-values {}: {first}", path.display())
-        })?;
+    let matches = command.try_get_matches_from(words).map_err(|e| {
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default();
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        anyhow::anyhow!("--previous-values {}: {first}", path.display())
+    })?;
     let previous = PreviousPolicy::from_arg_matches(&matches)
         .map_err(|e| anyhow::anyhow!("--previous-values {}: {e}", path.display()))?;
     Ok(previous.policy.into_config())

@@ -1377,7 +1377,27 @@ fn kserve_job_resolves_its_model_against_the_readme_caches() {
     job["spec"]["template"]["metadata"] = json!({"annotations": {"modelgate.io/model-uri": "hf://meta-llama/meta-llama-3-8b-instruct"}});
     let o = run_object("job-model", &job, "kserve", &cfg, &index);
     assert!(o.mutate.allowed, "{}", o.mutate.message);
-    let t = &o.patched.as_ref().unwrap()["spec"]["template"];
+    // The Job's template is not routed (its pods are, each when it is created); the Job hears
+    // which model its pods would mount now.
+    let template = &o.patched.as_ref().unwrap()["spec"]["template"];
+    assert_eq!(
+        template["metadata"],
+        job["spec"]["template"]["metadata"],
+        "{template}"
+    );
+    assert!(template["spec"]["affinity"].is_null(), "{template}");
+    assert!(
+        o.mutate.warnings.iter().any(|w| w
+            == "pods created now would mount model hf://meta-llama/meta-llama-3-8b-instruct \
+                from LocalModelCache meta-llama3-8b-instruct"),
+        "{:?}",
+        o.mutate.warnings
+    );
+    // Its pod, created from the template, is routed.
+    let pod = pod_from_template(o.patched.as_ref().unwrap());
+    let o = run_object("job-model-pod", &pod, "kserve", &cfg, &index);
+    assert!(o.mutate.allowed, "{}", o.mutate.message);
+    let t = o.patched.as_ref().unwrap();
     let pvc = "meta-llama3-8b-instruct-workers";
     assert_eq!(
         t["metadata"]["annotations"],
@@ -1652,8 +1672,8 @@ fn pod_from_template(job: &Value) -> Value {
 
 #[test]
 fn a_mutated_job_template_yields_pods_the_pod_webhook_leaves_alone() {
-    // §1: "A Job's pods come through the Pod webhook again" — with the same policy they need
-    // nothing more, and they validate.
+    // A Job's pods come through the Pod webhook again: with the same policy they need nothing
+    // more than their model's routing (a template is not routed), and they validate.
     let Some(corpus) = corpus_dir() else { return };
     let index = kserve_caches(&corpus);
     let mut cfg = config();
@@ -1672,7 +1692,15 @@ fn a_mutated_job_template_yields_pods_the_pod_webhook_leaves_alone() {
     let pod = pod_from_template(&mutated_job);
     let p = run_object("job-pod", &pod, "kserve", &cfg, &index);
     assert!(p.mutate.allowed, "{}", p.mutate.message);
-    assert_eq!(p.mutate.ops, None, "the Job's pod needs no further patch");
+    let ops = p.mutate.ops.clone().unwrap_or_default();
+    assert!(!ops.is_empty(), "the Job's pod is routed when it is created");
+    for op in &ops {
+        let path = op["path"].as_str().unwrap_or_default();
+        assert!(
+            !path.contains("securityContext") && !path.starts_with("/spec/initContainers"),
+            "the Job's pod needs nothing but its routing: {op}"
+        );
+    }
     assert!(p.validate.allowed, "{}", p.validate.message);
 
     // On OpenShift (no default uid or fsGroup) the template's prep owns the cache as the init

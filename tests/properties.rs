@@ -464,7 +464,9 @@ impl Case {
             let mut v = json!({"name": cache});
             v[kind] = source(kind);
             if self.extras {
-                v["x-unknown-volume"] = extra_field();
+                // A field no view knows, inside the source: a volume key no Kubernetes
+                // version names would be a source of its own (inline storage, no prep).
+                v[kind]["x-unknown"] = extra_field();
             }
             volumes.push(v);
         }
@@ -601,6 +603,24 @@ fn host_path_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
         .any(|v| v["name"] == volume && v.get("hostPath").is_some())
 }
 
+/// The cache volume names its storage inline (any source but a claim, a claim template, a
+/// `hostPath` and what is no storage; a key no Kubernetes version names counts as one) and
+/// `--prep-volume-type` does not allow it: no prep there, the pod treated as under `never`.
+fn inline_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
+    let not_inline = |k: &str| {
+        k == "name"
+            || ["persistentVolumeClaim", "ephemeral", "hostPath"].contains(&k)
+            || SOURCES.iter().any(|(kind, writable)| *kind == k && !writable)
+            || cfg.prep_volume_types.iter().any(|t| t == k)
+    };
+    spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["name"] == volume)
+        .any(|v| v.as_object().is_some_and(|o| o.keys().any(|k| !not_inline(k))))
+}
+
 fn managed(object: &Value, cfg: &PolicyConfig) -> bool {
     let spec = object.pointer(prefix(object).0).unwrap();
     let volume = cache_volume_of(object, cfg);
@@ -608,6 +628,7 @@ fn managed(object: &Value, cfg: &PolicyConfig) -> bool {
         && !is_windows(spec)
         && has_writable_cache(spec, &volume)
         && !host_path_cache(spec, &volume, cfg)
+        && !inline_cache(spec, &volume, cfg)
 }
 
 const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
@@ -1101,6 +1122,20 @@ fn check(case: &Case, index: &CacheIndex) -> Result<Vec<&'static str>, TestCaseE
         .flatten()
         .find(|v| v["name"] == "modelgate-model");
     match case.model_uri {
+        // A Job's template is not routed: its pods are, each when it is created.
+        _ if case.job => {
+            prop_assert_eq!(
+                annotations.get("modelgate.io/model-cache"),
+                None,
+                "a template is not routed"
+            );
+            let before_volume = before["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["name"] == "modelgate-model");
+            prop_assert_eq!(model_volume, before_volume, "a template is not routed");
+        }
         None => prop_assert_eq!(
             annotations.get("modelgate.io/model-cache"),
             None,

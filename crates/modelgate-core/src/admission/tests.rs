@@ -1526,8 +1526,10 @@ fn job_template_gets_the_policy() {
     assert!(a.patched["spec"].get("securityContext").is_none());
 }
 
+/// A Job's template is not routed: its pods are, each when it is created (they can come hours
+/// later, when the nodes a pin named are gone); the Job hears which model they would mount.
 #[test]
-fn job_template_without_metadata_gets_annotations() {
+fn a_job_template_is_not_routed_and_hears_what_its_pods_would_mount() {
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dl", "annotations": {}},
         "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}});
     let mut with_uri = job.clone();
@@ -1545,8 +1547,27 @@ fn job_template_without_metadata_gets_annotations() {
     templ["spec"]["template"]["metadata"] =
         json!({"annotations": {"modelgate.io/model-uri": "hf://org/m"}});
     let a = mutate_with("Job", "team-c", templ, &PolicyConfig::default(), &caches());
+    let template = &a.patched["spec"]["template"];
     assert_eq!(
-        a.patched["spec"]["template"]["metadata"]["annotations"]["modelgate.io/model-cache"],
+        template["metadata"]["annotations"],
+        json!({"modelgate.io/model-uri": "hf://org/m"}),
+        "{template}"
+    );
+    assert!(!template.to_string().contains("nodeAffinity"), "{template}");
+    assert!(
+        a.warnings()
+            .contains(&"pods created now would mount model hf://org/m from LocalModelCache llama".into()),
+        "{:?}",
+        a.warnings()
+    );
+    // The Job's pod is routed when it is created.
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "dl-x", "annotations": {"modelgate.io/model-uri": "hf://org/m"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    pod["metadata"]["namespace"] = json!("team-c");
+    let a = mutate_with("Pod", "team-c", pod, &PolicyConfig::default(), &caches());
+    assert_eq!(
+        a.patched["metadata"]["annotations"]["modelgate.io/model-cache"],
         "cluster/llama"
     );
 }

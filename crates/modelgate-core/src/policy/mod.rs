@@ -234,6 +234,19 @@ impl Change {
         Change::new(Rule::ModelCache, What::RecordMiss { uri, reason })
     }
 
+    /// The model mount a template's pods would get if created now, as its warning says: a
+    /// template is not routed (its pods are, each when it is created).
+    pub(crate) fn foreseen(mut self) -> Self {
+        if let What::Mount { uri, source } = &self.what {
+            const TEXT: &str = "pods created now would mount model  from ";
+            let uri = shorten_uri(uri, MAX_WARNING_LEN.saturating_sub(TEXT.len() + source.len()));
+            self.applied_warning = Some(format!(
+                "pods created now would mount model {uri} from {source}"
+            ));
+        }
+        self
+    }
+
     pub(crate) fn warned(mut self, warning: impl Into<String>) -> Self {
         self.applied_warning = Some(warning.into());
         self
@@ -341,9 +354,21 @@ pub(crate) fn mutate_create(
     // 2. Containers, edited in place at their current indices.
     nonroot::container_fixes(w, prep_managed, &mut m.patch, &mut m.changes);
 
-    // 3. The model cache: annotations, volume, mounts, node affinity.
+    // 3. The model cache: annotations, volume, mounts, node affinity, on a Pod only. A
+    // template's pods are routed each when it is created, against the state of that moment (a
+    // Job's can come hours later, when the nodes a pin named are gone or hold another model):
+    // the template only hears which model its pods would mount now.
     let before = m.patch.len();
-    let resolved = model_cache::apply(w, cfg, caches, &mut m.patch, &mut m.notes);
+    let mut not_applied = PatchBuilder::default();
+    let patch = match w.is_template() {
+        true => &mut not_applied,
+        false => &mut m.patch,
+    };
+    let resolved = model_cache::apply(w, cfg, caches, patch, &mut m.notes);
+    let resolved = resolved.map(|(change, lookup)| match w.is_template() {
+        true => (change.foreseen(), lookup),
+        false => (change, lookup),
+    });
     if let Some((change, lookup)) = resolved {
         m.model_cache = Some(lookup);
         if change.is_miss() {

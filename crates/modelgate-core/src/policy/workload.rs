@@ -32,6 +32,14 @@ pub(crate) struct Workload<'a> {
     pub spec_path: FieldPath,
 }
 
+impl Workload<'_> {
+    /// Whether this is a pod template (a Job's, a controller's) rather than a Pod: its pods
+    /// are created later, each judged and routed when it is.
+    pub(crate) fn is_template(&self) -> bool {
+        self.spec_path != FieldPath::root().key("spec")
+    }
+}
+
 /// The three container lists of a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ContainerList {

@@ -17,7 +17,7 @@ var failureKinds = []struct{ kind, meaning string }{
 	{"apiserver-validation", "the patched object fails the API server's validation (an error the input did not have)"},
 	{"qos", "a Guaranteed pod is no longer Guaranteed after the patch"},
 	{"job-pod-decision", "the Pod the Job controller makes got another decision than its Job"},
-	{"job-pod-patched", "the Pod of a patched Job was patched again"},
+	{"job-pod-patched", "the Pod of a patched Job was patched again beyond its model routing"},
 	{"ml-kept-out", "the matchConditions kept the CREATE of an ML custom resource out of modelgate"},
 	{"ml-refused", "an ML custom resource was refused although every pod of its templates would be admitted"},
 	{"ml-admitted", "an ML custom resource was admitted although the pod of a complete template would be refused"},

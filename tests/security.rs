@@ -739,6 +739,8 @@ async fn user_controlled_strings_cannot_forge_lines_of_the_text_log() {
             "--no-cluster",
         ])
         .args(pki.tls_args())
+        // An allowed admission is logged at info only with --log-admissions.
+        .env("MODELGATE_LOG_ADMISSIONS", "true")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

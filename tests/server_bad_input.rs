@@ -286,6 +286,18 @@ fn cases() -> Vec<Case> {
         over,
         Expect::TooLarge("is larger than the limit of 7340032 bytes (--max-body-bytes)"),
     );
+    // Last, so that the cases above keep the protocol they alternate on.
+    add(
+        "duplicate uid (the message says so, not that it is missing)",
+        {
+            let b = bytes(&pod_review("uid-first"));
+            let at = find(&b, br#""uid":"uid-first""#);
+            let mut b = b;
+            b.splice(at..at, br#""uid":"uid-second","#.iter().copied());
+            b
+        },
+        Expect::BadRequest("request.uid: duplicate field `uid`"),
+    );
     cases
 }
 

@@ -383,6 +383,8 @@ async fn a_fresh_server_exports_every_family_with_its_zero_series() {
         "modelgate_policy_results",
         "modelgate_cache_lookups",
         "modelgate_watch_last_failure_timestamp_seconds",
+        "modelgate_probe_connections_dropped",
+        "modelgate_probe_open_connections",
     ] {
         assert!(
             ours.iter().any(|(name, _, _)| *name == family),
@@ -512,4 +514,168 @@ async fn probes_metrics_and_one_log_line_per_admission() {
     assert!(mutate["patch_operations"].as_u64().unwrap() > 0);
     assert!(mutate["latency_ms"].is_number());
     assert!(!server.logs().contains("do-not-log-me"));
+}
+
+/// What `serve` logs by default: one `info` line for each denial and for each request that
+/// could not be reviewed; an allowed admission only at `debug` (RUST_LOG=debug), or at `info`
+/// with --log-admissions. A line per admission at 150 a second is ~2 GB of log a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_denials_and_errors_are_logged_at_info_by_default() {
+    let pki = TestPki::new();
+    for (rust_log, flag, allowed_level) in [
+        ("info", "--log-admissions=false", None),
+        ("debug", "--log-admissions=false", Some("DEBUG")),
+        ("info", "--log-admissions", Some("INFO")),
+    ] {
+        let mut args = pki.tls_args();
+        args.push(flag.into());
+        let mut cmd = serve_command(&args);
+        cmd.env("RUST_LOG", rust_log);
+        let server = ServerProcess::spawn(cmd);
+        let config = client_config(pki.ca.cert_pem(), Proto::H1, None);
+        let mut conn = connect(server.webhook, config, Proto::H1).await.unwrap();
+        let allowed = pod_review("uid-allowed");
+        let a = conn
+            .post_json("/mutate", serde_json::to_vec(&allowed).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(a.json()["response"]["allowed"], true);
+        let mut denied = pod_review("uid-denied");
+        denied["request"]["object"]["spec"]["containers"][0]["securityContext"] =
+            json!({"runAsUser": 0});
+        let a = conn
+            .post_json("/mutate", serde_json::to_vec(&denied).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(a.json()["response"]["allowed"], false);
+        let a = conn.post_json("/mutate", &b"{"[..]).await.unwrap();
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        let lines: Vec<Value> = wait_until(Duration::from_secs(10), || {
+            let lines: Vec<Value> = server
+                .logs()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["message"] == "admission")
+                .collect();
+            (lines.iter().any(|v| v["uid"] == "uid-denied")
+                && lines.iter().any(|v| v["error"] == "invalid_json"))
+            .then_some(lines)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{rust_log} {flag}: no denial or error line: {}",
+                server.logs()
+            )
+        });
+        let level_of = |uid: &str| {
+            lines
+                .iter()
+                .find(|v| v["uid"] == uid)
+                .map(|v| v["level"].as_str().unwrap().to_string())
+        };
+        assert_eq!(
+            level_of("uid-denied").as_deref(),
+            Some("INFO"),
+            "{rust_log} {flag}"
+        );
+        let error = lines.iter().find(|v| v["error"] == "invalid_json").unwrap();
+        assert_eq!(error["level"], "INFO");
+        assert_eq!(error["status"], 400);
+        assert_eq!(
+            level_of("uid-allowed").as_deref(),
+            allowed_level,
+            "{rust_log} {flag}: {lines:?}"
+        );
+    }
+}
+
+/// The probe listener's own limits (docs/security.md): a request head past
+/// --probe-max-header-bytes gets 431 and the connection closes; a connection that sends no
+/// request is closed after --probe-header-read-timeout, one that stays idle after a request
+/// after --probe-idle-timeout; and at --probe-max-connections a new connection closes the one
+/// idle longest instead of waiting behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_listener_has_limits_of_its_own() {
+    use tokio::net::TcpStream;
+    let pki = TestPki::new();
+    let mut args = pki.tls_args();
+    args.extend(
+        [
+            "--probe-header-read-timeout=1s",
+            "--probe-idle-timeout=2s",
+            "--probe-max-connections=4",
+        ]
+        .map(String::from),
+    );
+    let server = ServerProcess::start(&args);
+    let closed_within = |mut tcp: TcpStream, limit: Duration| async move {
+        let mut sink = Vec::new();
+        matches!(
+            tokio::time::timeout(limit, tcp.read_to_end(&mut sink)).await,
+            Ok(Ok(_)) | Ok(Err(_))
+        )
+    };
+
+    // A 9 KB request head: 431, and the connection closes.
+    let mut tcp = TcpStream::connect(server.probe).await.unwrap();
+    let mut head = b"GET /healthz HTTP/1.1\r\nHost: probe\r\nX-Big: ".to_vec();
+    head.resize(head.len() + 9000, b'a');
+    head.extend_from_slice(b"\r\n\r\n");
+    let _ = tcp.write_all(&head).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut answer)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Silent: closed after the header read timeout, not before.
+    let started = Instant::now();
+    let tcp = TcpStream::connect(server.probe).await.unwrap();
+    assert!(closed_within(tcp, Duration::from_secs(10)).await);
+    let silent_for = started.elapsed();
+    assert!(silent_for >= Duration::from_millis(900), "{silent_for:?}");
+
+    // Idle after a request: closed after the idle timeout, not before.
+    let mut tcp = TcpStream::connect(server.probe).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: probe\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    let started = Instant::now();
+    assert!(closed_within(tcp, Duration::from_secs(10)).await);
+    let idle_for = started.elapsed();
+    assert!(idle_for >= Duration::from_millis(1900), "{idle_for:?}");
+
+    // At the cap (4 connections that say nothing), a probe is answered at once: the connection
+    // idle longest makes room.
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(server.probe).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let (status, _) = server.probe_get("/healthz").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "the probe waited {:?}",
+        started.elapsed()
+    );
+    let oldest = silent.remove(0);
+    assert!(closed_within(oldest, Duration::from_millis(500)).await);
+
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+    for reason in ["header_too_large", "no_request", "idle_timeout", "evicted"] {
+        let series = format!("modelgate_probe_connections_dropped_total{{reason=\"{reason}\"}} ");
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        assert!(count >= 1.0, "{reason}: {metrics}");
+    }
 }

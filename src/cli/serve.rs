@@ -17,6 +17,7 @@ use crate::cli::policy::PolicyArgs;
 use crate::duration::parse_duration;
 use crate::namespaces::watch::{self as namespace_watch, NamespaceWatch, NamespaceWatchConfig};
 use crate::namespaces::{NamespaceStore, Namespaces};
+use crate::server::limits::{self, ProbeLimits};
 use crate::server::log_writer;
 use crate::server::metrics::Metrics;
 use crate::server::shutdown::Signals;
@@ -88,6 +89,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MODELGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// One `info` log line per admission. Without it, only denials and requests that could not
+    /// be reviewed are logged at `info`, every other admission at `debug` (RUST_LOG=debug shows
+    /// them): at 150 admissions a second a line each is 3.6–4.4 GB of log a day; the counts are
+    /// in /metrics.
+    #[arg(long, env = "MODELGATE_LOG_ADMISSIONS", action = clap::ArgAction::Set,
+          num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub log_admissions: bool,
+
     #[command(flatten)]
     pub caches: CacheFiles,
 
@@ -109,6 +119,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub limits: Limits,
+
+    #[command(flatten)]
+    pub probe_limits: ProbeLimits,
 
     #[command(flatten)]
     pub cluster: ClusterCacheArgs,
@@ -169,7 +182,8 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
     let signals = Signals::install()
         .context("cannot install signal handlers")
         .map_err(StartError::Runtime)?;
-    open_files_for(args.limits.max_connections);
+    let (limits, probe_limits) = open_files_for(args.limits.clone(), args.probe_limits.clone())
+        .map_err(StartError::Runtime)?;
     if args.limits.idle_timeout <= crate::server::limits::API_SERVER_IDLE {
         tracing::warn!(
             idle_timeout = ?args.limits.idle_timeout,
@@ -288,7 +302,9 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
         header_read_timeout: args.header_read_timeout,
-        limits: args.limits.clone(),
+        limits,
+        probe_limits,
+        log_admissions: args.log_admissions,
         config: args.policy.clone().into_config(),
         store: caches.store.clone(),
         namespaces: namespace_store,
@@ -340,17 +356,49 @@ fn listen_addresses(args: &ServeArgs) -> (SocketAddr, SocketAddr) {
 }
 
 /// Each connection is a file descriptor: raise the soft limit as far as the hard one allows,
-/// and say so when even that is below `--max-connections` (accepts then fail with EMFILE).
-fn open_files_for(max_connections: u32) {
-    match crate::server::limits::raise_open_files_limit() {
-        Ok(limit) if limit < u64::from(max_connections) + 64 => tracing::warn!(
+/// and fit `--max-connections` and `--probe-max-connections` (plus a reserve for everything
+/// else) within it, lowering them with a warning when they do not fit, so that no listener can
+/// fail to accept for want of a descriptor and the probe listener's connections can never take
+/// the webhook's. Fails only when the limit leaves no room for a connection.
+fn open_files_for(
+    mut webhook: Limits,
+    mut probe: ProbeLimits,
+) -> anyhow::Result<(Limits, ProbeLimits)> {
+    let limit = match limits::raise_open_files_limit() {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-files limit");
+            return Ok((webhook, probe));
+        }
+    };
+    let (max_connections, probe_max_connections) =
+        limits::fit_open_files(limit, webhook.max_connections, probe.probe_max_connections)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the open-files limit ({limit}) leaves no room for connections once {} are \
+                     kept for the listeners and the cluster watches; raise it (ulimit -n)",
+                    limits::RESERVED_FDS
+                )
+            })?;
+    if (max_connections, probe_max_connections)
+        != (webhook.max_connections, probe.probe_max_connections)
+    {
+        tracing::warn!(
             open_files = limit,
-            max_connections,
-            "the open-files limit is below --max-connections plus a margin; raise it (ulimit -n) or lower --max-connections"
-        ),
-        Ok(limit) => tracing::debug!(open_files = limit, "open-files limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+            max_connections = webhook.max_connections,
+            probe_max_connections = probe.probe_max_connections,
+            reserved = limits::RESERVED_FDS,
+            "the open-files limit cannot hold --max-connections plus --probe-max-connections plus \
+             the reserve; serving with --max-connections={max_connections} and \
+             --probe-max-connections={probe_max_connections} (raise the limit, ulimit -n, to keep them)"
+        );
+        webhook.max_connections = max_connections;
+        webhook.max_http2_connections = webhook.max_http2_connections.min(max_connections);
+        probe.probe_max_connections = probe_max_connections;
+    } else {
+        tracing::debug!(open_files = limit, "open-files limit");
     }
+    Ok((webhook, probe))
 }
 
 /// Reading `--caches` builds a large transient JSON tree (100 000 caches: ~250 MiB). The
@@ -408,23 +456,23 @@ pub fn curl_command(ca: &Path, sample: &Path, addr: SocketAddr) -> String {
 
 /// Logs to stderr through [`log_writer`]: one line per admission costs a copy on the request
 /// path, not a `write(2)`. Keep the guard until the end: it writes what is still buffered.
+///
+/// Both formats escape every value and cut those from requests and peers, and rate-limit the
+/// warnings of the libraries that talk to peers ([`crate::server::log_format`]); the `log`
+/// crate's records (rustls logs through it) come through the same formats.
 fn init_logging(format: LogFormat) -> log_writer::FlushGuard<std::io::Stderr> {
+    use crate::server::log_format::{JsonFormat, SafeFields, TextFormat};
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = log_writer::stderr();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .fmt_fields(SafeFields);
     let result = match format {
-        LogFormat::Text => builder
-            .event_format(crate::server::log_format::TextFormat::default())
-            .try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
+        LogFormat::Text => builder.event_format(TextFormat::default()).try_init(),
+        LogFormat::Json => builder.event_format(JsonFormat::default()).try_init(),
     };
     if let Err(e) = result {
         eprintln!("warning: logging not initialised: {e}");

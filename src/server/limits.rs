@@ -49,6 +49,31 @@ pub const DEFAULT_MIN_BODY_BYTES_PER_SECOND: u64 = 64 * 1024;
 /// Time a body may take before the minimum rate applies.
 pub const BODY_RATE_GRACE: Duration = Duration::from_secs(1);
 
+/// Longest TLS handshake on the webhook port (`--tls-handshake-timeout`). kube-apiserver writes
+/// its ClientHello as soon as it has connected and finishes a handshake in two round trips and
+/// milliseconds of CPU; a connection slower than this is holding a slot, not handshaking.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The first byte of a connection (its ClientHello) must arrive within this part of the TLS
+/// handshake timeout (a third: 1 s by default). A connection that sends nothing at all costs
+/// the attacker nothing but a slot; this frees the slot three times as fast as the handshake
+/// timeout would, so that a flood of silent connections beyond `--max-connections` delays a new
+/// connection by about a second, not by the whole handshake timeout.
+pub const CLIENT_HELLO_SHARE: u32 = 3;
+
+/// File descriptors kept for everything but client connections: the two listeners, stdio, the
+/// runtime's epoll and wakers, the certificate files while they are read, the API server
+/// connections of the watches, and one connection accepted beyond the probe cap while it
+/// evicts another. `--max-connections` plus `--probe-max-connections` plus this must fit the
+/// open-files limit ([`fit_open_files`]).
+pub const RESERVED_FDS: u64 = 64;
+
+/// Probe listener defaults (`ProbeLimits`): the kubelet opens a connection per probe (two
+/// probes every 5–10 s per pod) and Prometheus keeps one per target; 128 is far above both.
+pub const DEFAULT_PROBE_MAX_CONNECTIONS: u32 = 128;
+/// hyper's floor for the HTTP/1.1 read buffer, which holds the request head.
+pub const MIN_HEADER_BUF_BYTES: u32 = 8 * 1024;
+
 /// The largest `--idle-timeout` and `--header-read-timeout`: a day. Timers are deadlines
 /// (`Instant + Duration`), which larger values could overflow.
 pub const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -127,6 +152,12 @@ pub struct Limits {
     /// At most 30s.
     #[arg(long, env = "MODELGATE_BODY_PROGRESS_TIMEOUT", default_value = "2s", value_parser = body_progress_timeout)]
     pub body_progress_timeout: Duration,
+
+    /// Longest TLS handshake, from the moment the connection is accepted; its first byte (the
+    /// ClientHello) must come within a third of it. Never longer than --header-read-timeout.
+    /// At most 24h.
+    #[arg(long, env = "MODELGATE_TLS_HANDSHAKE_TIMEOUT", default_value = "3s", value_parser = connection_timeout)]
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -142,8 +173,69 @@ impl Default for Limits {
             max_pending_accept_resets: 20,
             idle_timeout: Duration::from_secs(120),
             body_progress_timeout: Duration::from_secs(2),
+            tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
         }
     }
+}
+
+/// What clients of the probe listener (`/healthz`, `/readyz`, `/metrics`: the kubelet and
+/// Prometheus) may hold. Any pod can reach that port, so it has limits of its own, apart from
+/// the webhook's: its connections can never take the file descriptors or the memory the
+/// webhook listener needs.
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+#[command(next_help_heading = "Probe listener limits (docs/security.md)")]
+pub struct ProbeLimits {
+    /// Open connections to the probe listener. At the cap a new connection closes the one that
+    /// has been idle longest (the kubelet opens a connection per probe, Prometheus keeps one per
+    /// target), so that idle connections can never lock the probes out.
+    #[arg(long, env = "MODELGATE_PROBE_MAX_CONNECTIONS",
+          default_value_t = DEFAULT_PROBE_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub probe_max_connections: u32,
+
+    /// Largest request head on the probe listener, in bytes (hyper reads at least 8192); a
+    /// larger one gets 431 and the connection is closed.
+    #[arg(long, env = "MODELGATE_PROBE_MAX_HEADER_BYTES",
+          default_value_t = MIN_HEADER_BUF_BYTES,
+          value_parser = clap::value_parser!(u32).range(8192..=1 << 20))]
+    pub probe_max_header_bytes: u32,
+
+    /// Time a probe connection has for its first complete request head. At most 24h.
+    #[arg(long, env = "MODELGATE_PROBE_HEADER_READ_TIMEOUT",
+          default_value = "5s", value_parser = connection_timeout)]
+    pub probe_header_read_timeout: Duration,
+
+    /// A probe connection on which no request starts for this long is closed (also the
+    /// longest wait for a later request's head). At most 24h.
+    #[arg(long, env = "MODELGATE_PROBE_IDLE_TIMEOUT",
+          default_value = "90s", value_parser = connection_timeout)]
+    pub probe_idle_timeout: Duration,
+}
+
+impl Default for ProbeLimits {
+    fn default() -> Self {
+        ProbeLimits {
+            probe_max_connections: DEFAULT_PROBE_MAX_CONNECTIONS,
+            probe_max_header_bytes: MIN_HEADER_BUF_BYTES,
+            probe_header_read_timeout: Duration::from_secs(5),
+            probe_idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The connection caps that fit an open-files limit of `limit`: `webhook` and `probe`
+/// unchanged when `webhook + probe + RESERVED_FDS` fits, else lowered until they do (the probe
+/// cap to at most a quarter of what is left, the webhook's to the rest), so that no listener
+/// can ever fail to accept for want of a descriptor. `None` when the limit leaves no room for
+/// a connection of each listener.
+pub fn fit_open_files(limit: u64, webhook: u32, probe: u32) -> Option<(u32, u32)> {
+    if u64::from(webhook) + u64::from(probe) + RESERVED_FDS <= limit {
+        return Some((webhook, probe));
+    }
+    let room = limit.checked_sub(RESERVED_FDS).filter(|&r| r >= 2)?;
+    let probe = u64::from(probe).min((room / 4).max(1));
+    let webhook = u64::from(webhook).min(room - probe);
+    Some((webhook as u32, probe as u32))
 }
 
 /// A duration above 0 and at most `max`.
@@ -199,12 +291,39 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         limits: Limits,
+        #[command(flatten)]
+        probe: ProbeLimits,
     }
 
     #[test]
     fn defaults_are_the_flags_defaults() {
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.limits, Limits::default());
+        assert_eq!(cli.probe, ProbeLimits::default());
+    }
+
+    #[test]
+    fn both_caps_fit_the_open_files_limit() {
+        // The usual container limit holds the defaults with room to spare.
+        assert_eq!(fit_open_files(1 << 20, 1024, 128), Some((1024, 128)));
+        assert_eq!(
+            fit_open_files(1024 + 128 + 64, 1024, 128),
+            Some((1024, 128))
+        );
+        // A hard limit of 1024: the webhook cap gives way, the probe keeps its own.
+        assert_eq!(fit_open_files(1024, 1024, 128), Some((832, 128)));
+        // Very low limits: a quarter of the room for the probes, the rest for the webhook.
+        assert_eq!(fit_open_files(264, 1024, 128), Some((150, 50)));
+        assert_eq!(fit_open_files(66, 1024, 128), Some((1, 1)));
+        assert_eq!(fit_open_files(65, 1024, 128), None);
+        for limit in [66u64, 100, 500, 1000, 1216, 5000] {
+            let (w, p) = fit_open_files(limit, 1024, 128).unwrap();
+            assert!(
+                u64::from(w) + u64::from(p) + RESERVED_FDS <= limit,
+                "{limit}"
+            );
+            assert!(w >= 1 && p >= 1, "{limit}");
+        }
     }
 
     #[test]
@@ -223,6 +342,12 @@ mod tests {
             ["x", "--idle-timeout=25h"],
             ["x", "--body-progress-timeout=31s"],
             ["x", "--body-progress-timeout=4000000000000000h"],
+            ["x", "--tls-handshake-timeout=0"],
+            ["x", "--tls-handshake-timeout=25h"],
+            ["x", "--probe-max-connections=0"],
+            ["x", "--probe-max-header-bytes=8191"],
+            ["x", "--probe-header-read-timeout=0"],
+            ["x", "--probe-idle-timeout=25h"],
         ] {
             let err = Cli::try_parse_from(args)
                 .err()

@@ -91,6 +91,19 @@ pub const CONNECTION_DROP_REASONS: [&str; 14] = [
     "h2_other_error",
 ];
 
+/// Every `reason` of `modelgate_probe_connections_dropped_total` (docs/operations.md,
+/// "Metrics"): `evicted` is a connection closed to make room for a new one at
+/// `--probe-max-connections`.
+pub const PROBE_CONNECTION_DROP_REASONS: [&str; 7] = [
+    "evicted",
+    "no_request",
+    "idle_timeout",
+    "stalled",
+    "timeout",
+    "header_too_large",
+    "bad_request",
+];
+
 /// Seconds: the pipeline takes tens of microseconds, reading a large body much longer.
 const DURATION_BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -110,6 +123,8 @@ pub struct Metrics {
     accept_paused: Counter,
     open_connections: Gauge,
     buffered_body_bytes: Gauge,
+    probe_connections_dropped: Family<ReasonLabels, Counter>,
+    probe_open_connections: Gauge,
     /// `modelgate_cache_lookups_total`, registered by the cache metrics, counted here from each
     /// admission's summary.
     cache_lookups: Option<LookupCounters>,
@@ -328,6 +343,18 @@ impl Metrics {
             "Bytes held by request bodies that arrived in more than one part, against --max-buffered-body-bytes",
             buffered_body_bytes.clone(),
         );
+        let probe_connections_dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "modelgate_probe_connections_dropped",
+            "Probe listener connections closed by the server (evicted at --probe-max-connections, timeouts, oversized heads), by reason",
+            probe_connections_dropped.clone(),
+        );
+        let probe_open_connections = Gauge::default();
+        registry.register(
+            "modelgate_probe_open_connections",
+            "Probe listener connections open, against --probe-max-connections",
+            probe_open_connections.clone(),
+        );
         registry.register_collector(Box::new(super::process_metrics::ProcessCollector::new()));
         // The series alerts and dashboards read exist at 0 from the start: a counter that
         // appears only at its first increment has no rate() for that first one, and an
@@ -337,6 +364,9 @@ impl Metrics {
         }
         for reason in CONNECTION_DROP_REASONS {
             drop(connections_dropped.get_or_create(&ReasonLabels { reason }));
+        }
+        for reason in PROBE_CONNECTION_DROP_REASONS {
+            drop(probe_connections_dropped.get_or_create(&ReasonLabels { reason }));
         }
         for result in ["success", "failure"] {
             drop(tls_reloads.get_or_create(&ResultLabels { result }));
@@ -354,6 +384,8 @@ impl Metrics {
             accept_paused,
             open_connections,
             buffered_body_bytes,
+            probe_connections_dropped,
+            probe_open_connections,
             cache_lookups: None,
             series: SeriesCache::new(),
         };
@@ -508,6 +540,20 @@ impl Metrics {
     pub fn open_connection(&self) -> InflightGuard {
         self.open_connections.inc();
         InflightGuard(self.open_connections.clone())
+    }
+
+    /// Counts a probe listener connection the server closed; `reason` is one of
+    /// [`PROBE_CONNECTION_DROP_REASONS`].
+    pub fn probe_connection_dropped(&self, reason: &'static str) {
+        self.probe_connections_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a probe listener connection as open until the guard drops.
+    pub fn probe_open_connection(&self) -> InflightGuard {
+        self.probe_open_connections.inc();
+        InflightGuard(self.probe_open_connections.clone())
     }
 
     /// The gauge of the bytes held by bodies read in parts (`modelgate_buffered_body_bytes`).

@@ -3,8 +3,9 @@
 //! - Webhook listener (TLS 1.2+, ALPN `h2` and `http/1.1`): `POST /mutate`, `POST /validate`,
 //!   `GET /healthz`. Each body goes to [`admission::review`], the one pipeline; this module only
 //!   adds HTTP: content type (415), body limit (413), deadline (408), unknown paths (404).
-//! - Probe listener: `GET /healthz` (alive), `GET /readyz` (certificate loaded, caches synced,
-//!   namespaces listed, not shutting down), `GET /metrics`.
+//! - Probe listener (plain HTTP/1.1, limits of its own: [`probe`]): `GET /healthz` (alive),
+//!   `GET /readyz` (certificate loaded, caches synced, namespaces listed, not shutting down),
+//!   `GET /metrics`.
 //! - Shutdown: at the first SIGTERM/SIGINT `/readyz` turns 503 and the webhook keeps serving,
 //!   new connections included, for `--shutdown-grace` (endpoint removal takes a moment to reach
 //!   the API server); then the listener closes, connections finish their in-flight requests
@@ -14,6 +15,9 @@
 //!   idle and stalled time, the slowest body), and
 //!   every connection the server ends early is counted by reason
 //!   (`modelgate_connections_dropped_total`). docs/security.md has the memory formula.
+//! - Logs: one line per denial and per error at `info`, one per admission at `debug` (or
+//!   `--log-admissions`); every value from a request or a peer escaped and cut, warnings about
+//!   peers rate-limited ([`log_format`]).
 
 pub mod body;
 pub mod deadline;
@@ -21,6 +25,7 @@ pub mod limits;
 pub mod log_format;
 pub mod log_writer;
 pub mod metrics;
+pub mod probe;
 pub mod process_metrics;
 pub mod shutdown;
 pub mod tls;
@@ -54,7 +59,8 @@ use crate::config::PolicyConfig;
 use crate::namespaces::NamespaceStore;
 use body::{BodyBudget, Held, MinRate};
 use deadline::Budget;
-pub use limits::Limits;
+pub use limits::{Limits, ProbeLimits};
+use log_format::Throttle;
 use metrics::Metrics;
 use shutdown::Signals;
 use tls::{TlsFiles, TlsReloader};
@@ -66,9 +72,15 @@ pub struct ServeOptions {
     pub tls: TlsFiles,
     pub max_body_bytes: usize,
     pub shutdown_grace: Duration,
-    /// Time a client has to send a request's headers (HTTP/1.1) or finish the TLS handshake.
+    /// Time a client has for its first request after the TLS handshake (which has
+    /// `--tls-handshake-timeout`, never more than this).
     pub header_read_timeout: Duration,
     pub limits: Limits,
+    /// What clients of the probe listener may hold.
+    pub probe_limits: ProbeLimits,
+    /// One `info` line per admission (`--log-admissions`); otherwise only denials and errors
+    /// are logged at `info`, the others at `debug`.
+    pub log_admissions: bool,
     pub config: PolicyConfig,
     /// The model caches the admissions read.
     pub store: Arc<CacheStore>,
@@ -107,6 +119,7 @@ struct AppState {
     /// What the bodies being read in parts may hold (`--max-buffered-body-bytes`).
     body_budget: BodyBudget,
     limits: Limits,
+    log_admissions: bool,
 }
 
 impl AppState {
@@ -134,6 +147,7 @@ pub struct Server {
     state: Arc<AppState>,
     webhook: TcpListener,
     probe: TcpListener,
+    probe_limits: ProbeLimits,
     shutdown_grace: Duration,
     header_read_timeout: Duration,
 }
@@ -144,6 +158,34 @@ struct ConnectionSettings {
     header_read_timeout: Duration,
     limits: Limits,
 }
+
+impl ConnectionSettings {
+    /// When a connection accepted at `accepted` must have finished its TLS handshake:
+    /// `--tls-handshake-timeout`, never later than `--header-read-timeout`.
+    fn tls_handshake_deadline(&self, accepted: Instant) -> Instant {
+        accepted
+            + self
+                .limits
+                .tls_handshake_timeout
+                .min(self.header_read_timeout)
+    }
+
+    /// When its first byte (the ClientHello) must have come: a third of the handshake timeout.
+    fn client_hello_deadline(&self, accepted: Instant) -> Instant {
+        (accepted + self.limits.tls_handshake_timeout / limits::CLIENT_HELLO_SHARE)
+            .min(self.tls_handshake_deadline(accepted))
+    }
+}
+
+/// How long an accept loop waits after a failed accept (out of file descriptors, say) before it
+/// tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+/// Warnings about peers, each at most once per [`log_format::PEER_LOG_INTERVAL`] with the count
+/// of those left out: a flood of bad handshakes writes a line every 10 s, not one per handshake.
+static WEBHOOK_ACCEPT_FAILED: Throttle = Throttle::new();
+static HANDSHAKE_FAILED: Throttle = Throttle::new();
+static HANDSHAKE_TIMED_OUT: Throttle = Throttle::new();
 
 /// Where the server is in its life, as every connection sees it (SPEC.md §7: kube-apiserver
 /// does not retry a POST that meets a closed connection, so the server never closes one under a
@@ -175,8 +217,10 @@ impl Server {
         reloader.reload_and_report(&metrics);
         let webhook = bind_with_backlog(options.listen)
             .with_context(|| format!("--listen {}: cannot bind", options.listen))?;
-        let probe = TcpListener::bind(options.probe_listen)
-            .await
+        // The same backlog as the webhook's: a burst of connections at the probe cap waits
+        // there while the idlest are closed, instead of having its SYNs dropped (and resent a
+        // second later, past the kubelet's probe timeout) beyond tokio's default of 128.
+        let probe = bind_with_backlog(options.probe_listen)
             .with_context(|| format!("--probe-listen {}: cannot bind", options.probe_listen))?;
         Ok(Server {
             state: Arc::new(AppState {
@@ -193,9 +237,11 @@ impl Server {
                 large_decision: Semaphore::new(1),
                 body_budget,
                 limits: options.limits,
+                log_admissions: options.log_admissions,
             }),
             webhook,
             probe,
+            probe_limits: options.probe_limits,
             shutdown_grace: options.shutdown_grace,
             header_read_timeout: options.header_read_timeout,
         })
@@ -215,6 +261,7 @@ impl Server {
             state,
             webhook,
             probe,
+            probe_limits,
             shutdown_grace,
             header_read_timeout,
         } = self;
@@ -222,12 +269,12 @@ impl Server {
         let probe_addr = probe.local_addr()?;
 
         let reload = tokio::spawn(state.tls.clone().watch(state.metrics.clone()));
-        let probe_router = probe_routes(state.clone());
-        let probe_task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(probe, probe_router).await {
-                tracing::error!(error = %e, "probe listener failed");
-            }
-        });
+        let probe_task = tokio::spawn(probe::serve(
+            probe,
+            probe_routes(state.clone()),
+            probe_limits,
+            state.metrics.clone(),
+        ));
         let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
         let settings = ConnectionSettings {
             header_read_timeout,
@@ -564,9 +611,13 @@ async fn accept_loop(
         let (tcp, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of file descriptors and the like (the caps are fitted to the open-files
+                // limit, so not expected): wait a little rather than spin, and say so at most
+                // once per interval.
+                if let Some(suppressed) = WEBHOOK_ACCEPT_FAILED.allow() {
+                    tracing::warn!(listener = "webhook", error = %e, suppressed, "accept failed");
+                }
+                tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
             }
         };
@@ -593,8 +644,37 @@ async fn accept_loop(
         tokio::spawn(async move {
             let _permit = permit;
             let _open = metrics.open_connection();
+            let accepted = Instant::now();
             let header_read_timeout = settings.header_read_timeout;
-            let stream = match tokio::time::timeout(header_read_timeout, acceptor.accept(tcp)).await
+            let handshake = settings.tls_handshake_deadline(accepted);
+            // A connection that has sent nothing yet (not even its ClientHello) holds a slot for
+            // a third of the handshake timeout at most.
+            // (`peek`, not `readable`: tokio may report a new socket readable before any byte.)
+            let mut first = [0u8; 1];
+            match tokio::time::timeout_at(
+                settings.client_hello_deadline(accepted).into(),
+                tcp.peek(&mut first),
+            )
+            .await
+            {
+                Ok(Ok(0)) => {
+                    tracing::debug!(%peer, "connection closed by the client before the TLS handshake");
+                    return;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection failed before the TLS handshake");
+                    return;
+                }
+                Err(_) => {
+                    metrics.connection_dropped("tls_handshake_timeout");
+                    if let Some(suppressed) = HANDSHAKE_TIMED_OUT.allow() {
+                        tracing::warn!(%peer, suppressed, "TLS handshake timed out: no ClientHello");
+                    }
+                    return;
+                }
+            }
+            let stream = match tokio::time::timeout_at(handshake.into(), acceptor.accept(tcp)).await
             {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e))
@@ -610,12 +690,16 @@ async fn accept_loop(
                 }
                 Ok(Err(e)) => {
                     metrics.connection_dropped("tls_handshake_failed");
-                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    if let Some(suppressed) = HANDSHAKE_FAILED.allow() {
+                        tracing::warn!(%peer, error = %Escaped(&e), suppressed, "TLS handshake failed");
+                    }
                     return;
                 }
                 Err(_) => {
                     metrics.connection_dropped("tls_handshake_timeout");
-                    tracing::warn!(%peer, "TLS handshake timed out");
+                    if let Some(suppressed) = HANDSHAKE_TIMED_OUT.allow() {
+                        tracing::warn!(%peer, suppressed, "TLS handshake timed out");
+                    }
                     return;
                 }
             };
@@ -745,7 +829,7 @@ where
                     Ok(()) => reason,
                     Err(e) => {
                         let e: Box<dyn std::error::Error + Send + Sync> = e.into();
-                        tracing::debug!(error = %e, "connection ended with an error");
+                        tracing::debug!(error = %Escaped(&e), "connection ended with an error");
                         drop_reason(&*e).or(reason)
                     }
                 };
@@ -1183,44 +1267,23 @@ async fn drain_refused_body(mut rest: Limited<axum::body::Body>) {
     .await;
 }
 
-/// The most bytes of a request-derived string a log line copies (SPEC.md §7): a 100 KB uid or
-/// name must not make a 200 KB line.
+/// The most bytes of a request-derived string a log line copies: a 100 KB uid or name must not
+/// make a 200 KB line.
 pub const LOG_FIELD_MAX_BYTES: usize = 256;
 
-/// A string from the request, for a log line: at most [`LOG_FIELD_MAX_BYTES`] of it (cut at a
-/// character boundary, then `…(N more bytes)`), and control characters (newlines above all)
-/// written escaped, so that a name or uid cannot forge a line of the text log format.
-struct Escaped<'a>(&'a str);
+/// A value from a request or a peer, for a log line: at most [`LOG_FIELD_MAX_BYTES`] of its text
+/// (cut at a character boundary, then `…(N more bytes)`), with control characters (newlines
+/// above all), the Unicode line and paragraph separators and the bidirectional controls written
+/// escaped ([`log_format::needs_escape`]), so that a name or uid can neither forge a line nor
+/// change how one reads.
+pub struct Escaped<T>(pub T);
 
-impl std::fmt::Display for Escaped<'_> {
+impl<T: std::fmt::Display> std::fmt::Display for Escaped<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use std::fmt::Write as _;
-        let (kept, cut) = match self.0.len() {
-            n if n <= LOG_FIELD_MAX_BYTES => (self.0, 0),
-            n => {
-                let end = (0..=LOG_FIELD_MAX_BYTES)
-                    .rev()
-                    .find(|&i| self.0.is_char_boundary(i))
-                    .unwrap_or(0);
-                (&self.0[..end], n - end)
-            }
-        };
-        // Names and uids almost never hold one: then the whole string in one write.
-        if !kept.chars().any(char::is_control) {
-            f.write_str(kept)?;
-        } else {
-            for c in kept.chars() {
-                if c.is_control() {
-                    write!(f, "{}", c.escape_default())?;
-                } else {
-                    f.write_char(c)?;
-                }
-            }
-        }
-        if cut > 0 {
-            write!(f, "…({cut} more bytes)")?;
-        }
-        Ok(())
+        let mut out = log_format::Sanitizer::new(f, LOG_FIELD_MAX_BYTES);
+        write!(out, "{}", self.0)?;
+        out.finish()
     }
 }
 
@@ -1277,8 +1340,12 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
     let outcome = admission::review(webhook, &read.bytes, &ctx);
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.admission(webhook, &outcome.summary, seconds);
-    log_admission(webhook, &outcome.summary, outcome.http_status, seconds);
-    tracing::trace!(response = %String::from_utf8_lossy(&outcome.body), "admission response");
+    if state.log_admissions || is_notable(&outcome.summary, outcome.http_status) {
+        log_admission(webhook, &outcome.summary, outcome.http_status, seconds);
+    } else {
+        log_admission_debug(webhook, &outcome.summary, outcome.http_status, seconds);
+    }
+    tracing::trace!(response = %Escaped(String::from_utf8_lossy(&outcome.body)), "admission response");
     let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
     (
         status,
@@ -1288,23 +1355,50 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
         .into_response()
 }
 
-/// The one `info` line per admission.
+/// The admission event at `level` (the fields `log_format::ADMISSION_FIELDS` lists, in order).
+macro_rules! admission_event {
+    ($level:expr, $webhook:expr, $s:expr, $http_status:expr, $seconds:expr) => {
+        tracing::event!(
+            $level,
+            webhook = $webhook.as_str(),
+            uid = %Escaped(&$s.uid),
+            kind = %Escaped(&$s.kind),
+            namespace = %Escaped(&$s.namespace),
+            name = %Escaped(&$s.name),
+            operation = %Escaped(&$s.operation),
+            dry_run = $s.dry_run,
+            allowed = $s.allowed,
+            patch_operations = $s.patch_operations,
+            status = $http_status,
+            error = $s.error,
+            latency_ms = $seconds * 1e3,
+            "admission"
+        )
+    };
+}
+
+/// Whether an admission is logged at `info` whatever `--log-admissions` says: a denial (a patch
+/// the server refuses to build, past the size an object can have, is one), or a request that
+/// could not be reviewed. At 150 admissions a second a line for each would be 3.6 GB (text) to
+/// 4.4 GB (JSON) of log a day per replica; the counts are in the metrics
+/// (`modelgate_admission_requests_total`, `modelgate_policy_results_total`).
+pub fn is_notable(s: &admission::Summary, http_status: u16) -> bool {
+    !s.allowed || s.error.is_some() || http_status != 200
+}
+
+/// The `info` line of an admission.
 pub fn log_admission(webhook: Webhook, s: &admission::Summary, http_status: u16, seconds: f64) {
-    tracing::info!(
-        webhook = webhook.as_str(),
-        uid = %Escaped(&s.uid),
-        kind = %Escaped(&s.kind),
-        namespace = %Escaped(&s.namespace),
-        name = %Escaped(&s.name),
-        operation = %Escaped(&s.operation),
-        dry_run = s.dry_run,
-        allowed = s.allowed,
-        patch_operations = s.patch_operations,
-        status = http_status,
-        error = s.error,
-        latency_ms = seconds * 1e3,
-        "admission"
-    );
+    admission_event!(tracing::Level::INFO, webhook, s, http_status, seconds);
+}
+
+/// The same line at `debug`: every other admission, unless `--log-admissions`.
+pub fn log_admission_debug(
+    webhook: Webhook,
+    s: &admission::Summary,
+    http_status: u16,
+    seconds: f64,
+) {
+    admission_event!(tracing::Level::DEBUG, webhook, s, http_status, seconds);
 }
 
 #[cfg(test)]

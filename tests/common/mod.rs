@@ -136,7 +136,10 @@ pub struct ServerProcess {
     pub stdout: Option<ChildStdout>,
 }
 
-/// `modelgate serve` logging JSON at `info`, on ephemeral ports, its output piped.
+/// `modelgate serve` logging JSON at `info`, on ephemeral ports, its output piped. Every
+/// admission is logged (`MODELGATE_LOG_ADMISSIONS`: the tests read the lines of allowed
+/// admissions too); a test of what is logged by default passes `--log-admissions=false`, which
+/// wins over the variable.
 fn serve_base() -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("serve")
@@ -146,6 +149,7 @@ fn serve_base() -> Command {
             "--log-format=json",
         ])
         .env("RUST_LOG", "info")
+        .env("MODELGATE_LOG_ADMISSIONS", "true")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -168,6 +172,33 @@ pub fn serve_command_against(kubeconfig: &std::path::Path, args: &[String]) -> C
         .env("KUBECONFIG", kubeconfig)
         .env_remove("KUBERNETES_SERVICE_HOST");
     cmd
+}
+
+/// Runs `cmd` with its open-files limit, soft and hard, at `n`, as a container runtime sets it
+/// (`serve` can then raise its soft limit no higher).
+pub fn with_open_files_limit(cmd: &mut Command, n: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
+    // which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The file descriptors process `pid` has open.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 impl ServerProcess {

@@ -463,9 +463,18 @@ impl Request {
         let head = serde_json::from_str::<RequestHead>(raw_request.get());
         let uid = match &head {
             Ok(h) => Some(h.uid.clone()),
-            Err(_) => serde_json::from_str::<UidOnly>(raw_request.get())
-                .ok()
-                .and_then(|u| u.uid),
+            Err(_) => match serde_json::from_str::<UidOnly>(raw_request.get()) {
+                Ok(u) => u.uid,
+                // Two `uid` keys: which one to echo is anybody's guess, so none is, and the
+                // message says why rather than that the uid is missing.
+                Err(e) if e.to_string().starts_with("duplicate field `uid`") => {
+                    return DecodeError::Unanswerable(
+                        "request.uid: duplicate field `uid` (the key is given more than once)"
+                            .into(),
+                    );
+                }
+                Err(_) => None,
+            },
         };
         let Some(uid) = uid.filter(|u| !u.is_empty()) else {
             let problem = [api_version.err(), kind.err()].into_iter().flatten().next();
@@ -671,6 +680,24 @@ mod one_pass_tests {
             ),
             format!("{served:?}")
         );
+    }
+
+    /// Two `uid` keys: refused, with a message that says the key is duplicated, not missing.
+    #[test]
+    fn a_duplicate_uid_is_named_as_such() {
+        let body = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"uid":"v","operation":"CREATE"}}"#;
+        for result in [
+            Request::from_slice(body.as_bytes()).map(|_| ()),
+            Request::from_slice_with_object(body.as_bytes()).map(|_| ()),
+        ] {
+            let Err(DecodeError::Unanswerable(message)) = result else {
+                panic!("accepted or answered: {result:?}");
+            };
+            assert_eq!(
+                message,
+                "request.uid: duplicate field `uid` (the key is given more than once)"
+            );
+        }
     }
 
     /// JSON text is UTF-8: bytes that are not are refused wherever they are, also in a field no

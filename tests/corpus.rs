@@ -1381,8 +1381,7 @@ fn kserve_job_resolves_its_model_against_the_readme_caches() {
     // which model its pods would mount now.
     let template = &o.patched.as_ref().unwrap()["spec"]["template"];
     assert_eq!(
-        template["metadata"],
-        job["spec"]["template"]["metadata"],
+        template["metadata"], job["spec"]["template"]["metadata"],
         "{template}"
     );
     assert!(template["spec"]["affinity"].is_null(), "{template}");
@@ -1693,7 +1692,10 @@ fn a_mutated_job_template_yields_pods_the_pod_webhook_leaves_alone() {
     let p = run_object("job-pod", &pod, "kserve", &cfg, &index);
     assert!(p.mutate.allowed, "{}", p.mutate.message);
     let ops = p.mutate.ops.clone().unwrap_or_default();
-    assert!(!ops.is_empty(), "the Job's pod is routed when it is created");
+    assert!(
+        !ops.is_empty(),
+        "the Job's pod is routed when it is created"
+    );
     for op in &ops {
         let path = op["path"].as_str().unwrap_or_default();
         assert!(

@@ -610,7 +610,9 @@ fn inline_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
     let not_inline = |k: &str| {
         k == "name"
             || ["persistentVolumeClaim", "ephemeral", "hostPath"].contains(&k)
-            || SOURCES.iter().any(|(kind, writable)| *kind == k && !writable)
+            || SOURCES
+                .iter()
+                .any(|(kind, writable)| *kind == k && !writable)
             || cfg.prep_volume_types.iter().any(|t| t == k)
     };
     spec["volumes"]
@@ -618,7 +620,10 @@ fn inline_cache(spec: &Value, volume: &str, cfg: &PolicyConfig) -> bool {
         .into_iter()
         .flatten()
         .filter(|v| v["name"] == volume)
-        .any(|v| v.as_object().is_some_and(|o| o.keys().any(|k| !not_inline(k))))
+        .any(|v| {
+            v.as_object()
+                .is_some_and(|o| o.keys().any(|k| !not_inline(k)))
+        })
 }
 
 fn managed(object: &Value, cfg: &PolicyConfig) -> bool {

@@ -1555,8 +1555,9 @@ fn a_job_template_is_not_routed_and_hears_what_its_pods_would_mount() {
     );
     assert!(!template.to_string().contains("nodeAffinity"), "{template}");
     assert!(
-        a.warnings()
-            .contains(&"pods created now would mount model hf://org/m from LocalModelCache llama".into()),
+        a.warnings().contains(
+            &"pods created now would mount model hf://org/m from LocalModelCache llama".into()
+        ),
         "{:?}",
         a.warnings()
     );

@@ -239,7 +239,10 @@ impl Change {
     pub(crate) fn foreseen(mut self) -> Self {
         if let What::Mount { uri, source } = &self.what {
             const TEXT: &str = "pods created now would mount model  from ";
-            let uri = shorten_uri(uri, MAX_WARNING_LEN.saturating_sub(TEXT.len() + source.len()));
+            let uri = shorten_uri(
+                uri,
+                MAX_WARNING_LEN.saturating_sub(TEXT.len() + source.len()),
+            );
             self.applied_warning = Some(format!(
                 "pods created now would mount model {uri} from {source}"
             ));

@@ -11,6 +11,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+pub(crate) mod apply;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Segment {
     Key(Cow<'static, str>),
@@ -166,17 +168,34 @@ fn push_decimal(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// The largest patch an answer carries (before base64). What the patch adds is stored with the
+/// object, and etcd takes at most 1.5 MiB in one request: a patch past 1 MiB makes an object
+/// the API server cannot store, while the answer that carries it (the patch is linear in the
+/// pod, but several times its size for many affinity terms or containers) would cost the
+/// webhook's memory and bandwidth for nothing. A [`PatchBuilder`] stops writing once its patch
+/// passes it, and such a pod is denied instead, saying why.
+pub(crate) const MAX_PATCH_BYTES: usize = 1 << 20;
+
 /// A JSON Patch document as text, and its number of operations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Patch {
     json: Vec<u8>,
     len: usize,
+    /// The builder passed [`MAX_PATCH_BYTES`] and stopped writing: `json` is then `[]`, and
+    /// the patch is never sent nor applied.
+    truncated: bool,
 }
 
 impl Patch {
-    /// The document: a JSON array of operations.
+    /// The document: a JSON array of operations (`[]` when [`Patch::is_truncated`]).
     pub fn as_bytes(&self) -> &[u8] {
         &self.json
+    }
+
+    /// The patch passed [`MAX_PATCH_BYTES`] and was not built further: the pod it was for is
+    /// denied (or, where nothing is patched, judged as it came).
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
     }
 
     pub fn len(&self) -> usize {
@@ -203,11 +222,16 @@ impl Patch {
 /// An ordered list of patch operations, written as JSON text as they are added (no
 /// intermediate tree). Operations apply in order, so callers emit in-place edits before anything
 /// that shifts array indices (inserts at the front, removals).
+///
+/// Bounded: once the text passes [`MAX_PATCH_BYTES`] the builder is truncated, and from then on
+/// each operation is written and dropped at once (its count kept, so that callers that compare
+/// counts see the same), so it never holds more than the bound and one operation.
 #[derive(Debug, Default)]
 pub(crate) struct PatchBuilder {
     /// `[` and the operations so far, comma-separated; `]` is added by [`PatchBuilder::into_patch`].
     json: Vec<u8>,
     len: usize,
+    truncated: bool,
     /// A reusable buffer for rendering pointers.
     pointer: String,
 }
@@ -272,11 +296,25 @@ impl PatchBuilder {
         write_json(&mut self.json, &self.pointer.as_str());
     }
 
+    /// Ends an operation: past [`MAX_PATCH_BYTES`], the text is dropped and the builder
+    /// truncated for good.
+    fn end(&mut self) {
+        self.json.push(b'}');
+        if self.json.len() > MAX_PATCH_BYTES {
+            self.truncated = true;
+        }
+        if self.truncated {
+            // Kept at its capacity (about the bound): later operations are written into it
+            // and dropped, without allocating again.
+            self.json.clear();
+        }
+    }
+
     fn with_value(&mut self, op: &str, path: &FieldPath, append: bool, value: &impl Serialize) {
         self.start(op, path, append);
         self.json.extend_from_slice(b",\"value\":");
         write_json(&mut self.json, value);
-        self.json.push(b'}');
+        self.end();
     }
 
     /// Sets a member or inserts an array element (`add` replaces an existing member).
@@ -299,7 +337,7 @@ impl PatchBuilder {
             self.len = len;
             return false;
         }
-        self.json.push(b'}');
+        self.end();
         true
     }
 
@@ -317,12 +355,12 @@ impl PatchBuilder {
         self.start("copy", array, true);
         self.json.extend_from_slice(b",\"from\":");
         self.write_pointer(from, false);
-        self.json.push(b'}');
+        self.end();
     }
 
     pub(crate) fn remove(&mut self, path: &FieldPath) {
         self.start("remove", path, false);
-        self.json.push(b'}');
+        self.end();
     }
 
     /// Appends to an array that may not exist yet: creates it with one element when absent.
@@ -362,7 +400,7 @@ impl PatchBuilder {
                 self.start_at("add", object, Some(k));
                 self.json.extend_from_slice(b",\"value\":");
                 write_json(&mut self.json, v);
-                self.json.push(b'}');
+                self.end();
             }
         } else {
             self.add(object, Fields(fields));
@@ -378,6 +416,13 @@ impl PatchBuilder {
     }
 
     pub(crate) fn into_patch(mut self) -> Patch {
+        if self.truncated {
+            return Patch {
+                json: b"[]".to_vec(),
+                len: self.len,
+                truncated: true,
+            };
+        }
         if self.len == 0 {
             self.json.push(b'[');
         }
@@ -385,6 +430,7 @@ impl PatchBuilder {
         Patch {
             json: self.json,
             len: self.len,
+            truncated: false,
         }
     }
 }
@@ -533,6 +579,7 @@ mod tests {
         let broken = Patch {
             json: b"[{\"op\":\"add\"".to_vec(),
             len: 1,
+            truncated: false,
         };
         assert!(broken.try_operations().is_err());
     }

@@ -14,7 +14,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{Decision, DecodedObject, Summary, WorkloadKind};
-use crate::policy::view::{JobView, PodView};
+use crate::policy::view::{self, JobView, PodView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApiVersion {
@@ -378,7 +378,13 @@ impl Request {
         body: &[u8],
     ) -> Result<(Request, ObjectInput<'_>), DecodeError> {
         let text = utf8(body)?;
-        decode::<true>(text)
+        // A body long enough for its object to pass the bound of one object keeps the object
+        // as text, to be counted before its views are built (`view::decode_pod`). A shorter one
+        // cannot reach the bound.
+        let one_pass = text.len() < view::SHORTEST_TOO_LARGE;
+        one_pass
+            .then(|| decode::<true>(text))
+            .flatten()
             .or_else(|| decode::<false>(text))
             .ok_or_else(|| Self::refusal(text))
     }

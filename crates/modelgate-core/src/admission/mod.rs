@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 use crate::cache::Resolved;
 use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
-use crate::patch::FieldPath;
+use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, JobView, ObjectMetaView, PodTemplateOf, PodView};
 use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
 
@@ -276,11 +276,20 @@ fn decide_unbounded(
             ));
         }
         ObjectInput::Decoded(d) => ((*d).of_kind(kind), None),
-        ObjectInput::Raw(raw) => (DecodedObject::decode(kind, raw), Some(raw)),
+        ObjectInput::Raw(raw) => (DecodedObject::decode(kind, raw.get()), Some(raw)),
+    };
+    let from = namespace_of(
+        &req.namespace,
+        decoded.as_ref().ok().and_then(|d| d.namespace()),
+    );
+    let (decoded, from_object) = match from {
+        NamespaceOf::Mismatch(denial) => (Err(denial), false),
+        NamespaceOf::Object => (decoded, true),
+        NamespaceOf::Request => (decoded, false),
     };
     let namespace = match &decoded {
-        Ok(d) => d.namespace().unwrap_or(req.namespace.as_str()),
-        Err(_) => req.namespace.as_str(),
+        Ok(d) if from_object => d.namespace().unwrap_or_default(),
+        _ => req.namespace.as_str(),
     };
     if is_exempt(ctx, namespace, &decoded) {
         let mut d = Decision::allow();
@@ -332,6 +341,34 @@ fn is_exempt(ctx: &Context, namespace: &str, decoded: &Result<DecodedObject, Den
     ctx.config.is_exempt(namespace) || decoded.as_ref().is_ok_and(|d| d.is_mirror_pod())
 }
 
+/// Where the namespace a decision is made for comes from.
+pub(super) enum NamespaceOf {
+    /// The request's: the API server's, and the one a decision rests on.
+    Request,
+    /// The object's, for a request without one (a cluster-scoped kind, a review written by
+    /// hand).
+    Object,
+    /// The object names another namespace than the request: denied, naming the field. The
+    /// API server refuses such a create; a decision never rests on what the object claims.
+    Mismatch(Denial),
+}
+
+pub(super) fn namespace_of(request: &str, object: Option<&str>) -> NamespaceOf {
+    match object {
+        Some(own) if !request.is_empty() && own != request => {
+            let shown = policy::shorten_uri(own, 64);
+            NamespaceOf::Mismatch(Denial::single(
+                Rule::Schema,
+                "metadata.namespace",
+                format!("is {shown}, but the request is for namespace {request}"),
+                "Create the object in the namespace it names, or leave metadata.namespace unset.",
+            ))
+        }
+        Some(_) if request.is_empty() => NamespaceOf::Object,
+        _ => NamespaceOf::Request,
+    }
+}
+
 /// The policy's verdict for one webhook, as `enforce` applies it.
 fn judge(
     webhook: Webhook,
@@ -373,16 +410,11 @@ fn validate_mutated(
     if mutation.patch.is_empty() {
         return judge(Webhook::Validate, ephemeral_update, workload, ctx);
     }
-    let patched = serde_json::from_str::<serde_json::Value>(object.get())
-        .ok()
-        .and_then(|mut object| {
-            let operations = mutation.patch.into_patch().try_operations().ok()?;
-            json_patch::patch(&mut object, &operations).ok()?;
-            serde_json::value::to_raw_value(&object).ok()
-        });
-    let Some(patched) = patched else {
-        // The patch was built against this very object; failing to apply it is a bug, and
-        // judging the object as it came is the honest fallback.
+    // Applied to the object's text, opening only what the patch touches (`patch::apply`). A
+    // patch that passed its bound was not built to the end (in these modes nothing is patched,
+    // so the object is judged as it came); one that does not apply would be a bug, and judging
+    // the object as it came is the honest fallback.
+    let Some(patched) = apply::apply(object.get(), &mutation.patch.into_patch(), "") else {
         return judge(Webhook::Validate, ephemeral_update, workload, ctx);
     };
     let decoded = DecodedObject::decode(kind, &patched)?;
@@ -400,11 +432,10 @@ enum DecodedObject<'a> {
 const DECODE_ADVICE: &str = "Fix the object so that it matches the Kubernetes API schema.";
 
 impl<'a> DecodedObject<'a> {
-    fn decode(kind: WorkloadKind, raw: &'a RawValue) -> Result<Self, Denial> {
+    fn decode(kind: WorkloadKind, text: &'a str) -> Result<Self, Denial> {
         let fail = |field: String, problem: String| {
             Denial::single(Rule::Schema, field, problem, DECODE_ADVICE)
         };
-        let text = raw.get();
         if !text.trim_start().starts_with('{') {
             return Err(fail(
                 "request.object".into(),
@@ -416,6 +447,9 @@ impl<'a> DecodedObject<'a> {
             _ => view::decode_job(text).map(DecodedObject::Job),
         };
         let decoded = decoded.map_err(|failure| {
+            if failure.too_large {
+                return mode::too_large(&failure.path, &failure);
+            }
             // Both may quote the object (a map key in the path, a string value in the message):
             // shortened, so that a message never grows with what the request put there.
             let field = if failure.path == "." {
@@ -560,3 +594,6 @@ mod controller_tests;
 
 #[cfg(test)]
 mod template_tests;
+
+#[cfg(test)]
+mod bound_tests;

@@ -12,32 +12,44 @@
 //! under `<webhook name>/<key>` (`mutate.modelgate.io/would-patch`) and drops any key that
 //! would then hold a second `/`.
 
-use super::Decision;
+use super::{Decision, MAX_WARNING_LEN};
 use crate::namespaces::{Mode, NamespaceMode};
-use crate::policy::{Denial, Mutation, Rule, listed};
+use crate::patch::Patch;
+use crate::policy::view::DecodeFailure;
+use crate::policy::{self, Denial, Mutation, Rule, listed};
 
-/// The largest patch an answer carries (before base64). What the patch adds is stored with the
-/// object, and etcd takes at most 1.5 MiB in one request: a patch past 1 MiB makes an object
-/// the API server cannot store, while the answer that carries it (the patch is linear in the
-/// pod, but several times its size for many affinity terms or containers) would cost the
-/// webhook's memory and bandwidth for nothing. Such a pod is denied instead, saying why.
-pub(crate) const MAX_PATCH_BYTES: usize = 1 << 20;
+pub(crate) use crate::patch::MAX_PATCH_BYTES;
 
-/// The denial of a pod whose patch of `len` bytes passes [`MAX_PATCH_BYTES`], naming `field`
-/// (the pod's spec, or a template's): `None` when the patch fits.
-pub(super) fn patch_too_large(len: usize, field: &str) -> Option<Denial> {
-    (len > MAX_PATCH_BYTES).then(|| {
+/// The denial of a pod whose patch passed [`MAX_PATCH_BYTES`] (and stopped being built there),
+/// naming `field` (the pod's spec, or a template's): `None` when the patch fits.
+pub(super) fn patch_too_large(patch: &Patch, field: &str) -> Option<Denial> {
+    patch.is_truncated().then(|| {
         Denial::single(
             Rule::Schema,
             field,
             format!(
-                "the pod is too large for the changes modelgate must make: their patch is {len} \
-                 bytes, past the {MAX_PATCH_BYTES} an object the API server stores can take"
+                "the pod is too large for the changes modelgate must make: their patch is over \
+                 {MAX_PATCH_BYTES} bytes (it was not built further), past what an object the API \
+                 server stores can take"
             ),
             "Split the workload into smaller pods (fewer containers or node affinity terms), or \
              set what modelgate would set (runAsNonRoot, runAsUser) yourself.",
         )
     })
+}
+
+/// The denial of a pod (or template) whose lists hold more elements than an object the API
+/// server stores can, named at `field` (the list where the decode stopped: `view::metered`),
+/// with the failure's account of the bound (its `message`). Such an object is refused by etcd
+/// whatever the webhook says; its views were never built past the bound.
+pub(super) fn too_large(field: &str, failure: &DecodeFailure) -> Denial {
+    Denial::single(
+        Rule::Schema,
+        policy::shorten_uri(field, MAX_WARNING_LEN).into_owned(),
+        failure.message.clone(),
+        "Split the workload into smaller pods (fewer containers, volumes, mounts or node \
+         affinity terms).",
+    )
 }
 
 /// Audit annotation: what the mutation would change, `; `-separated.
@@ -123,10 +135,7 @@ pub(super) fn answer(ns: NamespaceMode, verdict: Verdict) -> Decision {
                 PolicyResult::Patched
             });
             let patch = (!m.patch.is_empty()).then(|| m.patch.into_patch());
-            if let Some(denial) = patch
-                .as_ref()
-                .and_then(|p| patch_too_large(p.as_bytes().len(), "spec"))
-            {
+            if let Some(denial) = patch.as_ref().and_then(|p| patch_too_large(p, "spec")) {
                 return Decision {
                     warnings: d.warnings,
                     mode: d.mode,

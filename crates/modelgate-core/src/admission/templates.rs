@@ -4,7 +4,9 @@
 //!
 //! - A complete template is mutated in memory (§3–§5) and then validated (§6), in the
 //!   namespace's mode; a model URI that would miss its cache gives one warning with the reason.
-//! - A partial template is judged only on the fields it carries; its findings are warnings.
+//! - A partial template is judged only on the fields it carries; its findings are warnings,
+//!   but for one whose lists pass what an object the API server stores can hold: the object
+//!   itself cannot be stored, and is denied as too large (`view::metered`).
 //! - Every finding names the template's own path (`spec.workerGroupSpecs[1].template.spec…`).
 //! - An absent template is skipped; nothing is ever patched.
 
@@ -18,16 +20,45 @@ use serde_json::value::RawValue;
 use super::kinds::{Completeness, KindEntry, Shape, Step};
 use super::{Context, DECODE_ADVICE, Decision, MAX_WARNING_LEN, Request, Webhook, judge, mode};
 use crate::namespaces::Mode;
-use crate::patch::{FieldPath, Patch};
+use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, ObjectMetaView, Str};
 use crate::policy::{self, Denial, Mutation, Rule, Violation, Workload};
 
-/// One template found in an object: where it is, which of the row's template paths found it,
-/// and its text.
+/// One template found in an object: which of the row's template paths found it, where (the
+/// key or index its path took at each `*` and `[*]`: the rest of the path is the row's), and
+/// its text. A few dozen bytes, borrowing from the object's text: an object of many small
+/// templates holds little more than its text ([`Found::path`] is built when it is needed).
 pub(crate) struct Found<'a> {
-    pub(crate) path: FieldPath,
     pub(crate) template: usize,
+    choices: Box<[Seg<'a>]>,
     pub(crate) raw: &'a RawValue,
+}
+
+/// One step of a path in an object: a member's key (borrowed unless it held an escape) or an
+/// element's index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seg<'a> {
+    Key(Cow<'a, str>),
+    Index(usize),
+}
+
+impl Found<'_> {
+    /// Where the template is in the object: the row's path with the keys and indices taken.
+    pub(crate) fn path(&self, entry: &KindEntry) -> FieldPath {
+        let mut choices = self.choices.iter();
+        let mut path = FieldPath::root();
+        for step in &entry.templates[self.template].steps {
+            path = match step {
+                Step::Key(k) => path.key(k.clone()),
+                Step::EveryElement | Step::EveryValue => match choices.next() {
+                    Some(Seg::Key(k)) => path.key(k.to_string()),
+                    Some(Seg::Index(i)) => path.index(*i),
+                    None => path,
+                },
+            };
+        }
+        path
+    }
 }
 
 /// What the judgment reads of an object of a table kind.
@@ -43,18 +74,39 @@ pub(crate) struct Located<'a> {
 /// template's text again). A path that meets `null`, a missing key or a value of another type
 /// finds nothing there.
 pub(crate) fn locate<'a>(entry: &KindEntry, text: &'a str) -> Result<Located<'a>, String> {
+    located_within_bound(entry, text).map_err(|failure| match failure {
+        Unlocated::Syntax(message) => message,
+        Unlocated::TooLarge(failure) => format!("metadata.{}: {}", failure.path, failure.message),
+    })
+}
+
+/// Why an object's templates could not be found.
+enum Unlocated {
+    /// Not JSON, or not an object where the row says one is.
+    Syntax(String),
+    /// Its metadata's maps hold more entries than an object the API server stores can.
+    TooLarge(view::DecodeFailure),
+}
+
+/// [`locate`], within the bound of one object for what it keeps besides the templates' text
+/// (the object's `metadata`: `view::metered`).
+fn located_within_bound<'a>(entry: &KindEntry, text: &'a str) -> Result<Located<'a>, Unlocated> {
     let mut located = Located::default();
     let walk = Walk {
         entry,
         active: (0..entry.templates.len()).map(|t| (t, 0)).collect(),
-        at: FieldPath::root(),
+        at: Vec::new(),
         root: true,
         out: &mut located,
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    walk.deserialize(&mut de)
+    let (walked, too_large) = view::metered(|| walk.deserialize(&mut de));
+    if let Some(too_large) = too_large {
+        return Err(Unlocated::TooLarge(too_large));
+    }
+    walked
         .and_then(|()| de.end())
-        .map_err(|e| without_position(&e))?;
+        .map_err(|e| Unlocated::Syntax(without_position(&e)))?;
     Ok(located)
 }
 
@@ -67,11 +119,12 @@ fn without_position(e: &serde_json::Error) -> String {
         .to_string()
 }
 
-/// The walk at one value: the template paths still under way, each as (template, next step).
+/// The walk at one value: the template paths still under way, each as (template, next step),
+/// and the keys and indices that led here.
 struct Walk<'e, 'o, 'a> {
     entry: &'e KindEntry,
     active: Vec<(usize, usize)>,
-    at: FieldPath,
+    at: Vec<Seg<'a>>,
     root: bool,
     out: &'o mut Located<'a>,
 }
@@ -120,9 +173,17 @@ impl<'de: 'a, 'a> DeserializeSeed<'de> for Walk<'_, '_, 'a> {
             return Ok(());
         }
         for (template, _) in ends {
+            // Only what the row's path does not say: the keys and indices at its wildcards.
+            let steps = &self.entry.templates[template].steps;
+            let choices = steps
+                .iter()
+                .zip(&self.at)
+                .filter(|(step, _)| !matches!(step, Step::Key(_)))
+                .map(|(_, seg)| seg.clone())
+                .collect();
             self.out.templates.push(Found {
-                path: self.at.clone(),
                 template,
+                choices,
                 raw,
             });
         }
@@ -162,10 +223,13 @@ impl<'de: 'a, 'a> Visitor<'de> for Walk<'_, '_, 'a> {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
+            let mut at = Vec::with_capacity(self.at.len() + 1);
+            at.extend(self.at.iter().cloned());
+            at.push(Seg::Key(key));
             map.next_value_seed(Walk {
                 entry: self.entry,
                 active,
-                at: self.at.key(key.into_owned()),
+                at,
                 root: false,
                 out: &mut *self.out,
             })?;
@@ -181,10 +245,13 @@ impl<'de: 'a, 'a> Visitor<'de> for Walk<'_, '_, 'a> {
         }
         let mut i = 0;
         loop {
+            let mut at = Vec::with_capacity(self.at.len() + 1);
+            at.extend(self.at.iter().cloned());
+            at.push(Seg::Index(i));
             let walk = Walk {
                 entry: self.entry,
                 active: active.clone(),
-                at: self.at.index(i),
+                at,
                 root: false,
                 out: &mut *self.out,
             };
@@ -221,27 +288,112 @@ impl<'de: 'a, 'a> Visitor<'de> for Walk<'_, '_, 'a> {
 
 /// Whether an UPDATE changed any template (compared as JSON values, so that key order does not
 /// count); without an old object to compare with, or one that cannot be read, it counts as
-/// changed.
+/// changed. Texts that differ are compared in their [`canonical`] form, never as trees.
 pub(crate) fn changed(
     entry: &KindEntry,
     object: Option<&RawValue>,
     old: Option<&RawValue>,
 ) -> bool {
-    let templates = |raw: Option<&RawValue>| -> Option<Vec<(String, serde_json::Value)>> {
-        let located = locate(entry, raw?.get()).ok()?;
-        located
-            .templates
-            .iter()
-            .map(|f| {
-                let value = serde_json::from_str(f.raw.get()).ok()?;
-                Some((format!("{}#{}", f.path, f.template), value))
-            })
-            .collect()
-    };
-    match (templates(object), templates(old)) {
-        (Some(new), Some(old)) => new != old,
-        _ => true,
+    fn templates_in<'a>(entry: &KindEntry, raw: Option<&'a RawValue>) -> Option<Vec<Found<'a>>> {
+        Some(locate(entry, raw?.get()).ok()?.templates)
     }
+    let (Some(new), Some(old)) = (templates_in(entry, object), templates_in(entry, old)) else {
+        return true;
+    };
+    new.len() != old.len()
+        || new.iter().zip(&old).any(|(new, old)| {
+            let (new_text, old_text) = (new.raw.get(), old.raw.get());
+            (new.template, &new.choices) != (old.template, &old.choices)
+                || (new_text != old_text
+                    && canonical(new_text).is_none_or(|n| Some(n) != canonical(old_text)))
+        })
+}
+
+/// The text of a JSON value in one form per value, as `serde_json::Value` compares values:
+/// object members sorted by key, each key once (its last value), no whitespace, strings and
+/// numbers as serde_json writes them (`1` and `1.0` stay apart, as in a `Value`). Holds the
+/// canonical text of the members of the objects open at a time (at most about twice the
+/// text), never a tree.
+pub(super) fn canonical(text: &str) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let out = Canonical.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(out)
+}
+
+/// Reads one value into its [`canonical`] text.
+#[derive(Clone, Copy)]
+struct Canonical;
+
+impl<'de> DeserializeSeed<'de> for Canonical {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Canonical {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<String, A::Error> {
+        let mut members: Vec<(Cow<'de, str>, String)> = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            members.push((key, map.next_value_seed(Canonical)?));
+        }
+        crate::keyed::sort_keeping_last(&mut members);
+        let mut out = String::from("{");
+        for (i, (key, value)) in members.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&json_text(key.as_ref()));
+            out.push(':');
+            out.push_str(value);
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<String, A::Error> {
+        let mut out = String::from("[");
+        while let Some(element) = seq.next_element_seed(Canonical)? {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(&element);
+        }
+        out.push(']');
+        Ok(out)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(json_text(v))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+        Ok(json_text(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Ok(json_text(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Ok(json_text(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+        Ok(json_text(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
+        Ok("null".into())
+    }
+}
+
+/// A scalar as serde_json writes it (writing a scalar cannot fail).
+fn json_text(v: impl serde::Serialize) -> String {
+    serde_json::to_string(&v).unwrap_or_default()
 }
 
 /// A decoded template, borrowing from the object's text (or from the mutated copy).
@@ -282,13 +434,17 @@ impl<'a> TemplateView<'a> {
     }
 }
 
-/// The denial of a template that does not decode as its shape, naming the field.
+/// The denial of a template that does not decode as its shape, naming the field (or of one
+/// whose lists hold more elements than an object the API server stores can, naming the list).
 fn undecodable(entry: &KindEntry, at: &FieldPath, failure: view::DecodeFailure) -> Denial {
     let inner = if failure.path == "." {
         String::new()
     } else {
         format!(".{}", failure.path)
     };
+    if failure.too_large {
+        return mode::too_large(&format!("{at}{inner}"), &failure);
+    }
     let field = policy::shorten_uri(&format!("{at}{inner}"), MAX_WARNING_LEN).into_owned();
     Denial::single(
         Rule::Schema,
@@ -309,7 +465,8 @@ struct Findings {
     violations: Vec<Violation>,
     /// Of complete templates: model URIs that would miss their cache.
     miss_warnings: Vec<String>,
-    /// Of partial templates: warnings, never denials.
+    /// Of partial templates: warnings, never denials (but for one too large to be stored,
+    /// whose violation is among `violations`).
     partial: Vec<Violation>,
 }
 
@@ -337,14 +494,18 @@ pub(super) fn decide(
         ));
     };
     let located = located(entry, object);
+    let from = super::namespace_of(
+        &req.namespace,
+        located.as_ref().ok().and_then(object_namespace),
+    );
+    let (located, from_object) = match from {
+        super::NamespaceOf::Mismatch(denial) => (Err(denial), false),
+        super::NamespaceOf::Object => (located, true),
+        super::NamespaceOf::Request => (located, false),
+    };
     let namespace = match &located {
-        Ok(l) => l
-            .metadata
-            .as_ref()
-            .and_then(|m| m.namespace.as_deref())
-            .filter(|n| !n.is_empty())
-            .unwrap_or(req.namespace.as_str()),
-        Err(_) => req.namespace.as_str(),
+        Ok(l) if from_object => object_namespace(l).unwrap_or_default(),
+        _ => req.namespace.as_str(),
     };
     let name = located.as_ref().ok().and_then(|l| {
         let meta = l.metadata.as_ref()?;
@@ -419,6 +580,14 @@ fn partial_warning(v: &Violation) -> String {
 }
 
 /// The object's templates found, or the denial that it is not an object of its kind.
+/// The namespace the object's metadata names, if any.
+fn object_namespace<'l>(l: &'l Located) -> Option<&'l str> {
+    l.metadata
+        .as_ref()
+        .and_then(|m| m.namespace.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
 fn located<'a>(entry: &KindEntry, object: &'a RawValue) -> Result<Located<'a>, Denial> {
     let fail =
         |field: &str, problem: String| Denial::single(Rule::Schema, field, problem, DECODE_ADVICE);
@@ -429,7 +598,14 @@ fn located<'a>(entry: &KindEntry, object: &'a RawValue) -> Result<Located<'a>, D
             format!("cannot be decoded as a {}: not an object", entry.kind),
         ));
     }
-    let located = locate(entry, text).map_err(|message| {
+    let located = located_within_bound(entry, text).map_err(|failure| {
+        let message = match failure {
+            Unlocated::Syntax(message) => message,
+            // Only the object's metadata is decoded here.
+            Unlocated::TooLarge(failure) => {
+                return mode::too_large(&format!("metadata.{}", failure.path), &failure);
+            }
+        };
         fail(
             "request.object",
             format!(
@@ -470,16 +646,33 @@ fn judge_all(entry: &KindEntry, located: &Located, scope: &Scope) -> Findings {
         let partial = entry.templates[found.template].completeness == Completeness::Partial;
         match judge_one(entry, found, scope) {
             Ok(miss) => findings.miss_warnings.extend(miss),
-            Err(denial) if partial => findings.partial.extend(denial.violations),
-            Err(denial) => findings.violations.extend(denial.violations),
+            Err(r) if partial && !r.unstorable => findings.partial.extend(r.denial.violations),
+            Err(r) => findings.violations.extend(r.denial.violations),
         }
     }
     findings
 }
 
+/// Why a template is refused: the denial its pods would get, or that its lists pass what an
+/// object the API server stores can hold (`unstorable`: refused whatever the template's
+/// completeness, since the object itself cannot be stored).
+struct Refused {
+    denial: Denial,
+    unstorable: bool,
+}
+
+impl From<Denial> for Refused {
+    fn from(denial: Denial) -> Self {
+        Refused {
+            denial,
+            unstorable: false,
+        }
+    }
+}
+
 /// One template, by its row's shape and completeness: `Ok` with a cache-miss warning, if any,
-/// or the denial its pods would get.
-fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<String>, Denial> {
+/// or why it is refused.
+fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<String>, Refused> {
     let Scope {
         namespace,
         restricted,
@@ -488,77 +681,52 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
     } = *scope;
     let template = &entry.templates[found.template];
     let shape = template.shape;
-    let decoded = TemplateView::decode(shape, found.raw.get())
-        .map_err(|f| undecodable(entry, &found.path, f))?;
-    let Some(workload) = decoded.workload(&found.path, namespace, restricted) else {
+    let at = found.path(entry);
+    let decoded = TemplateView::decode(shape, found.raw.get()).map_err(|f| Refused {
+        unstorable: f.too_large,
+        denial: undecodable(entry, &at, f),
+    })?;
+    let Some(workload) = decoded.workload(&at, namespace, restricted) else {
         return Ok(None);
     };
     if template.completeness == Completeness::Partial {
-        return policy::validate_present(&workload, ctx.config).map(|()| None);
+        return Ok(policy::validate_present(&workload, ctx.config).map(|()| None)?);
     }
     // The template as its pods will be created: mutated in memory, then judged.
     let mutation = judge(Webhook::Mutate, false, &workload, ctx)?;
-    let miss = mutation.miss_warning.clone();
     if mutation.patch.is_empty() {
-        return judge(Webhook::Validate, false, &workload, ctx).map(|_| miss);
+        let miss = mutation.miss_warning;
+        return Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?);
     }
-    let patch = mutation.patch.into_patch();
+    // Only the patch and the miss are kept: the account of the changes goes now.
+    let Mutation {
+        patch,
+        miss_warning: miss,
+        ..
+    } = { mutation };
+    let patch = patch.into_patch();
     // Its pods would be denied for the size of their patch where the mutation is enforced
     // (elsewhere they are not patched at all); nothing is left to apply then.
-    if enforce
-        && let Some(denial) =
-            mode::patch_too_large(patch.as_bytes().len(), &workload.spec_path.to_string())
+    if enforce && let Some(denial) = mode::patch_too_large(&patch, &workload.spec_path.to_string())
     {
-        return Err(denial);
+        return Err(denial.into());
     }
-    let Some(patched) = apply_to_template(&found.path, found.raw, &patch) else {
-        // The patch was built against this very template; failing to apply it is a bug, and
-        // judging the template as it came is the honest fallback.
-        return judge(Webhook::Validate, false, &workload, ctx).map(|_| miss);
+    // Applied to the template's text, opening only what the patch touches (never a tree of the
+    // whole template). A patch that passed its bound was not built to the end (where it is not
+    // enforced, the template is judged as it came, as its pods will be created); one that does
+    // not apply would be a bug, and judging the template as it came is the honest fallback.
+    let Some(patched) = apply::apply(found.raw.get(), &patch, &at.pointer()) else {
+        return Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?);
     };
-    let decoded = TemplateView::decode(shape, patched.get())
-        .map_err(|f| undecodable(entry, &found.path, f))?;
-    match decoded.workload(&found.path, namespace, restricted) {
-        Some(workload) => judge(Webhook::Validate, false, &workload, ctx).map(|_| miss),
+    // The template as it came is judged no more: its views go before the patched one's come.
+    drop(workload);
+    drop(decoded);
+    drop(patch);
+    let decoded = TemplateView::decode(shape, &patched).map_err(|f| undecodable(entry, &at, f))?;
+    match decoded.workload(&at, namespace, restricted) {
+        Some(workload) => Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?),
         None => Ok(miss),
     }
-}
-
-/// The template with the mutation applied: the patch names fields from the object's root, so
-/// each operation is moved under the template's own pointer first (on the decoded operations:
-/// no tree of them is built).
-fn apply_to_template(at: &FieldPath, raw: &RawValue, patch: &Patch) -> Option<Box<RawValue>> {
-    use json_patch::PatchOperation as Op;
-    use json_patch::jsonptr::PointerBuf;
-    let prefix = at.pointer();
-    let under = |pointer: &mut PointerBuf| -> Option<()> {
-        let inner = pointer.as_str().strip_prefix(prefix.as_str())?;
-        if !(inner.is_empty() || inner.starts_with('/')) {
-            return None;
-        }
-        *pointer = PointerBuf::parse(inner).ok()?;
-        Some(())
-    };
-    let mut operations = patch.try_operations().ok()?;
-    for op in operations.0.iter_mut() {
-        match op {
-            Op::Add(o) => under(&mut o.path)?,
-            Op::Remove(o) => under(&mut o.path)?,
-            Op::Replace(o) => under(&mut o.path)?,
-            Op::Test(o) => under(&mut o.path)?,
-            Op::Move(o) => {
-                under(&mut o.from)?;
-                under(&mut o.path)?
-            }
-            Op::Copy(o) => {
-                under(&mut o.from)?;
-                under(&mut o.path)?
-            }
-        }
-    }
-    let mut template: serde_json::Value = serde_json::from_str(raw.get()).ok()?;
-    json_patch::patch(&mut template, &operations).ok()?;
-    serde_json::value::to_raw_value(&template).ok()
 }
 
 /// A template of an object, as `audit` evaluates it: through the pods made from it.
@@ -583,9 +751,10 @@ pub fn templates_of<'a>(entry: &KindEntry, object: &'a str) -> Result<Vec<Templa
         .into_iter()
         .map(|f| {
             let template = &entry.templates[f.template];
+            let at = f.path(entry);
             TemplateAt {
-                path: f.path.to_string(),
-                pointer: f.path.pointer(),
+                path: at.to_string(),
+                pointer: at.pointer(),
                 shape: template.shape,
                 completeness: template.completeness,
                 text: f.raw.get(),
@@ -620,8 +789,8 @@ pub fn partial_findings(
         if template.completeness != Completeness::Partial {
             continue;
         }
-        if let Err(denial) = judge_one(entry, found, &scope) {
-            out.extend(denial.violations);
+        if let Err(refused) = judge_one(entry, found, &scope) {
+            out.extend(refused.denial.violations);
         }
     }
     out

@@ -2053,3 +2053,45 @@ fn warnings_are_at_most_twenty_the_last_counting_the_rest_each_clipped_on_a_char
     assert!(long[0].starts_with("éé"));
     assert_eq!(long[1], "short");
 }
+
+/// The namespace a decision rests on is the request's: an object that names another (an
+/// exempt one) is denied, naming the field, by both webhooks; the same object without the
+/// field is decided in the request's namespace.
+#[test]
+fn an_object_naming_another_namespace_than_the_request_is_denied() {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "kube-system"},
+        "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]}});
+    for webhook in [Webhook::Mutate, Webhook::Validate] {
+        let a = run_with(
+            webhook,
+            &review_of("Pod", "CREATE", None, "team-a", pod.clone()),
+            &PolicyConfig::default(),
+            &CacheIndex::new(),
+        );
+        assert!(!a.allowed(), "{webhook:?}: kube-system's exemption was taken from the object");
+        assert!(
+            a.message()
+                .starts_with("metadata.namespace: is kube-system, but the request is for namespace team-a"),
+            "{}",
+            a.message()
+        );
+    }
+    let mut same = pod.clone();
+    same["metadata"]["namespace"] = json!("team-a");
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "team-a", same),
+        &PolicyConfig::default(),
+        &CacheIndex::new(),
+    );
+    assert!(a.message().contains("runAsUser"), "{}", a.message());
+    // In the exempt namespace itself, the request's, the pod is left alone.
+    let a = run_with(
+        Webhook::Validate,
+        &review_of("Pod", "CREATE", None, "kube-system", pod),
+        &PolicyConfig::default().with_default_exemptions(None),
+        &CacheIndex::new(),
+    );
+    assert!(a.allowed());
+}

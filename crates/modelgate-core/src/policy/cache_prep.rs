@@ -305,6 +305,11 @@ pub(crate) const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/servic
 /// The name prefix of the projected token volume that plugin adds (`kube-api-access-<random>`).
 pub(crate) const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
 
+/// The longest text a canonical prep container can have as it reaches a webhook: the
+/// container (its image and mount path are flags, at most a few hundred bytes each), the
+/// defaulted fields and the token mount, with room to spare.
+const MAX_CANONICAL_BYTES: usize = 16 * 1024;
+
 /// Whether the init container at `index` is exactly the canonical one, judged on its JSON as
 /// received: every field but the defaulted ones must be canonical, including fields this code's
 /// types do not know, so nothing can ride along with a root container. The one addition
@@ -315,6 +320,12 @@ pub(super) fn is_canonical_at(w: &Workload, index: usize, canonical: &PrepContai
     let Some(raw) = w.spec.init_containers().get(index).map(|c| c.raw) else {
         return false;
     };
+    // The canonical container, the API server's defaults and its token mount fit in a few
+    // hundred bytes: a longer one is not canonical, and is never parsed into a tree (a prep
+    // with 370 000 env entries would cost hundreds of MiB to compare).
+    if raw.get().len() > MAX_CANONICAL_BYTES {
+        return false;
+    }
     let Ok(serde_json::Value::Object(mut existing)) = serde_json::from_str(raw.get()) else {
         return false;
     };
@@ -392,6 +403,19 @@ mod tests {
             spec_path: crate::patch::FieldPath::root().key("spec"),
         };
         is_canonical_at(&w, 0, canonical)
+    }
+
+    /// A prep container past the size a canonical one can have is not canonical, and is never
+    /// parsed into a tree (what a huge one would cost).
+    #[test]
+    fn a_prep_container_too_long_to_be_canonical_is_not() {
+        let cfg = PolicyConfig::default();
+        let cmd = canonical_command(&cfg, None, Some(102));
+        let c = canonical(&cfg, "model-cache", &cmd);
+        let mut json = serde_json::to_value(&c).unwrap();
+        assert!(judged(json.clone(), &c));
+        json["terminationMessagePath"] = serde_json::json!("x".repeat(MAX_CANONICAL_BYTES));
+        assert!(!judged(json, &c));
     }
 
     #[test]

@@ -16,14 +16,23 @@
 //! serde_json decodes the views (the only JSON reader of the request path). It limits nesting to
 //! 128 levels where a value is decoded; what it skips, it skips with a heap stack, so deep nesting
 //! in an unread field costs no stack either.
+//!
+//! What a decode builds is bounded before it is built ([`metered`]): every element of a list the
+//! views keep (and every entry of a map they keep) is charged the fewest bytes the API server
+//! could store it in, and a decode whose elements pass what etcd stores for one object stops
+//! there with a [`DecodeFailure`] that is [`too_large`](DecodeFailure::too_large), naming the
+//! list. Lists and maps no view reads are skipped without being allocated.
 
 use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 
 /// A string of the object: borrowed from the JSON text, owned only when it held an escape.
@@ -89,6 +98,233 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     }
 }
 
+/// The most bytes etcd stores for one object: its default `--max-request-bytes`, 1.5 MiB, which
+/// bounds a whole write request (so an object, with its key, takes less).
+pub const MAX_STORED_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The fewest bytes the API server can store an element of a list of named objects in
+/// (containers of the three lists, volumes, volume mounts, node selector requirements) or an
+/// entry of a `map[string]string` (labels, annotations, nodeSelector): in its protobuf
+/// encoding (the smallest it has; etcd keeps built-in kinds as protobuf, custom resources as
+/// JSON, which is larger), the element's own field tag and length, then its required name's
+/// (or key's) tag, length and at least one byte.
+pub const NAMED_ELEMENT_BYTES: usize = 5;
+
+/// The fewest bytes for any other element (a node selector term, a string of `values`, a key
+/// of a volume): its field tag and a length or value byte.
+pub const ELEMENT_BYTES: usize = 2;
+
+/// The shortest object text whose elements can pass [`MAX_STORED_OBJECT_BYTES`]: the densest
+/// charged text is a list of empty named elements, `{}` and a comma, 3 bytes for
+/// [`NAMED_ELEMENT_BYTES`]. Below it a decode cannot reach the bound (and is not counted first).
+pub(crate) const SHORTEST_TOO_LARGE: usize = MAX_STORED_OBJECT_BYTES / NAMED_ELEMENT_BYTES * 3;
+
+/// The state of the decode under way on this thread: how many of [`MAX_STORED_OBJECT_BYTES`]
+/// its elements have left, whether it only counts them, whether they ran out, and (once they
+/// did) the path of the list where, recorded innermost first as the error unwinds through the
+/// views.
+struct Meter {
+    left: Cell<usize>,
+    counting: Cell<bool>,
+    tripped: Cell<Option<usize>>,
+    trace: RefCell<Vec<Traced>>,
+}
+
+enum Traced {
+    Key(&'static str),
+    Index(usize),
+}
+
+thread_local! {
+    /// Unlimited outside [`metered`]: a view decoded on its own (a test, a tool) is not charged.
+    static METER: Meter = const {
+        Meter {
+            left: Cell::new(usize::MAX),
+            counting: Cell::new(false),
+            tripped: Cell::new(None),
+            trace: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+/// Runs `decode` with the bound of one object: the elements it decodes into lists and maps may
+/// take [`MAX_STORED_OBJECT_BYTES`] at their smallest encoding, and the first that passes it
+/// stops the decode with an error. Returns what `decode` returned, and the failure that names
+/// the list when the bound stopped it. Decodes nested in `decode` on this thread (an init
+/// container's view, decoded from its text) are charged to the same bound.
+pub(crate) fn metered<R>(decode: impl FnOnce() -> R) -> (R, Option<DecodeFailure>) {
+    within_bound(false, decode)
+}
+
+/// [`metered`], keeping no element: every list and map comes out empty, so the decode holds one
+/// element at a time. What it says is whether the views of the same text would pass the bound,
+/// and where, without building them.
+fn counted<R>(decode: impl FnOnce() -> R) -> (R, Option<DecodeFailure>) {
+    within_bound(true, decode)
+}
+
+fn within_bound<R>(counting: bool, decode: impl FnOnce() -> R) -> (R, Option<DecodeFailure>) {
+    let outer = METER.with(|m| {
+        m.trace.borrow_mut().clear();
+        (
+            m.left.replace(MAX_STORED_OBJECT_BYTES),
+            m.counting.replace(counting),
+            m.tripped.replace(None),
+        )
+    });
+    let out = decode();
+    let failure = METER.with(|m| {
+        let tripped = m.tripped.replace(outer.2);
+        m.left.set(outer.0);
+        m.counting.set(outer.1);
+        let trace = std::mem::take(&mut *m.trace.borrow_mut());
+        tripped.map(|bytes| too_large_failure(&trace, bytes))
+    });
+    (out, failure)
+}
+
+/// Charges one element of `bytes` (its smallest encoding) to the decode under way: an error
+/// once the object's elements pass [`MAX_STORED_OBJECT_BYTES`]; else whether to keep the
+/// element (not when the decode only counts).
+fn charge<E: de::Error>(bytes: usize) -> Result<bool, E> {
+    METER.with(|m| match m.left.get() {
+        // Outside [`metered`]: nothing to charge.
+        usize::MAX => Ok(true),
+        left => match left.checked_sub(bytes) {
+            Some(left) => {
+                m.left.set(left);
+                Ok(!m.counting.get())
+            }
+            None => {
+                m.tripped.set(Some(bytes));
+                Err(E::custom(TOO_LARGE))
+            }
+        },
+    })
+}
+
+const TOO_LARGE: &str = "more list elements than an object the API server stores can hold";
+
+/// Records where an error came from, as it unwinds through a view's field or a list's element:
+/// only when the bound stopped the decode (other failures are named by [`failure`]'s pass).
+#[cold]
+fn traced<E>(e: E, at: Traced) -> E {
+    METER.with(|m| {
+        if m.tripped.get().is_some() {
+            m.trace.borrow_mut().push(at);
+        }
+    });
+    e
+}
+
+/// The failure of a decode the bound stopped, naming the list (as `serde_path_to_error` names a
+/// field: `spec.containers[3].volumeMounts`) where an element of `bytes` did not fit.
+fn too_large_failure(trace: &[Traced], bytes: usize) -> DecodeFailure {
+    use std::fmt::Write as _;
+    let mut path = String::new();
+    for at in trace.iter().rev() {
+        match at {
+            Traced::Key(k) if path.is_empty() => path.push_str(k),
+            Traced::Key(k) => {
+                let _ = write!(path, ".{k}");
+            }
+            Traced::Index(i) => {
+                let _ = write!(path, "[{i}]");
+            }
+        }
+    }
+    if path.is_empty() {
+        path.push('.');
+    }
+    let kind = if bytes == NAMED_ELEMENT_BYTES {
+        "containers, volumes, mounts or map entries"
+    } else {
+        "other elements"
+    };
+    DecodeFailure {
+        path,
+        message: format!(
+            "the pod has more list elements than an object the API server stores can hold: \
+             counting each container, volume, mount or map entry at {NAMED_ELEMENT_BYTES} bytes \
+             and any other element at {ELEMENT_BYTES}, the fewest each is stored in, its lists \
+             pass the {MAX_STORED_OBJECT_BYTES} bytes etcd keeps for one object here (a list of \
+             {kind} alone holds at most {})",
+            MAX_STORED_OBJECT_BYTES / bytes
+        ),
+        too_large: true,
+    }
+}
+
+/// An `Option<Vec<T>>` field whose elements are charged `bytes` each as they are decoded
+/// ([`metered`]); otherwise read as serde reads it (`null` is `None`, messages the same).
+struct Metered<T> {
+    bytes: usize,
+    element: PhantomData<fn() -> T>,
+}
+
+impl<T> Metered<T> {
+    fn new(bytes: usize) -> Self {
+        Metered {
+            bytes,
+            element: PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Metered<T> {
+    type Value = Option<Vec<T>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Vec<T>>, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Metered<T> {
+    type Value = Option<Vec<T>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Option<Vec<T>>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Vec<T>>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Vec<T>>, D::Error> {
+        d.deserialize_seq(MeteredSeq(self)).map(Some)
+    }
+}
+
+struct MeteredSeq<T>(Metered<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for MeteredSeq<T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        // As `Vec`'s visitor says it, so that messages match k8s-openapi's.
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::new();
+        for i in 0.. {
+            let element = match seq.next_element() {
+                Ok(Some(element)) => element,
+                Ok(None) => break,
+                Err(e) => return Err(traced(e, Traced::Index(i))),
+            };
+            if charge(self.0.bytes)? {
+                out.push(element);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// A `map[string]string` (labels, annotations, nodeSelector), sorted by key, each key once with
 /// its last value: the semantics of the `BTreeMap` k8s-openapi decodes into, without a tree.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,7 +384,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
                 let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4).min(64));
                 while let Some(key) = map.next_key::<Str<'a>>()? {
                     let value = map.next_value::<Str<'a>>()?;
-                    entries.push((key.0, value.0));
+                    if charge(NAMED_ELEMENT_BYTES)? {
+                        entries.push((key.0, value.0));
+                    }
                 }
                 Ok(StrMap::normalised(entries))
             }
@@ -164,7 +402,7 @@ macro_rules! view {
     (
         $(#[$meta:meta])*
         pub struct $name:ident $(<$lt:lifetime $(, $g:ident)?>)? expecting $expecting:literal {
-            $( $(#[$field_meta:meta])* $json:literal => $field:ident : $ty:ty ),* $(,)?
+            $( $(#[$field_meta:meta])* $json:literal $([$bytes:expr])? => $field:ident : $ty:ty ),* $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -179,9 +417,23 @@ macro_rules! view {
             }
         }
 
-        view!(@impl $name [$($lt $(, $g)?)?] $expecting { $( $json => $field ),* });
+        view!(@impl $name [$($lt $(, $g)?)?] $expecting { $( $json $([$bytes])? => $field ),* });
     };
-    (@impl $name:ident [] $expecting:literal { $( $json:literal => $field:ident ),* }) => {
+    // A field's value: a list with `[bytes]` is charged that much per element ([`metered`]).
+    // An error records the field's key on its way out, for the bound's message.
+    (@value $map:ident $json:literal) => {
+        match $map.next_value() {
+            Ok(value) => value,
+            Err(e) => return Err(traced(e, Traced::Key($json))),
+        }
+    };
+    (@value $map:ident $json:literal [$bytes:expr]) => {
+        match $map.next_value_seed(Metered::new($bytes)) {
+            Ok(value) => value,
+            Err(e) => return Err(traced(e, Traced::Key($json))),
+        }
+    };
+    (@impl $name:ident [] $expecting:literal { $( $json:literal $([$bytes:expr])? => $field:ident ),* }) => {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V;
@@ -196,7 +448,7 @@ macro_rules! view {
                         let mut out = $name::default();
                         while let Some(key) = map.next_key::<Str<'de>>()? {
                             match &*key {
-                                $( $json => out.$field = map.next_value()?, )*
+                                $( $json => out.$field = view!(@value map $json $([$bytes])?), )*
                                 _ => {
                                     map.next_value::<IgnoredAny>()?;
                                 }
@@ -209,7 +461,7 @@ macro_rules! view {
             }
         }
     };
-    (@impl $name:ident [$lt:lifetime $(, $g:ident)?] $expecting:literal { $( $json:literal => $field:ident ),* }) => {
+    (@impl $name:ident [$lt:lifetime $(, $g:ident)?] $expecting:literal { $( $json:literal $([$bytes:expr])? => $field:ident ),* }) => {
         impl<'de: $lt, $lt $(, $g: Deserialize<'de>)?> Deserialize<'de> for $name<$lt $(, $g)?> {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V<$lt $(, $g)?>(PhantomData<fn() -> $name<$lt $(, $g)?>>);
@@ -227,7 +479,7 @@ macro_rules! view {
                         let mut out = $name::default();
                         while let Some(key) = map.next_key::<Str<'de>>()? {
                             match &*key {
-                                $( $json => out.$field = map.next_value()?, )*
+                                $( $json => out.$field = view!(@value map $json $([$bytes])?), )*
                                 _ => {
                                     map.next_value::<IgnoredAny>()?;
                                 }
@@ -312,7 +564,7 @@ view! {
     pub struct ContainerView<'a> expecting "Container" {
         "name" => name: Option<Str<'a>>,
         "securityContext" => security_context: Option<SecurityContextView>,
-        "volumeMounts" => volume_mounts: Option<Vec<VolumeMountView<'a>>>,
+        "volumeMounts" [NAMED_ELEMENT_BYTES] => volume_mounts: Option<Vec<VolumeMountView<'a>>>,
     }
 }
 
@@ -432,7 +684,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
                         }
                         _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
                     };
-                    given.push((key, present));
+                    // Kept until the last is known: charged, so that a volume of many keys is
+                    // bounded as a list is.
+                    if charge(ELEMENT_BYTES)? {
+                        given.push((key, present));
+                    }
                 }
                 out.sources = last_given(given);
                 Ok(out)
@@ -487,7 +743,7 @@ view! {
     pub struct NodeSelectorRequirementView<'a> expecting "NodeSelectorRequirement" {
         "key" => key: Option<Str<'a>>,
         "operator" => operator: Option<Str<'a>>,
-        "values" => values: Option<Vec<Str<'a>>>,
+        "values" [ELEMENT_BYTES] => values: Option<Vec<Str<'a>>>,
     }
 }
 
@@ -504,15 +760,15 @@ impl NodeSelectorRequirementView<'_> {
 view! {
     /// One term of a node selector (terms are ORed, requirements within a term ANDed).
     pub struct NodeSelectorTermView<'a> expecting "NodeSelectorTerm" {
-        "matchExpressions" => match_expressions: Option<Vec<NodeSelectorRequirementView<'a>>>,
-        "matchFields" => match_fields: Option<Vec<NodeSelectorRequirementView<'a>>>,
+        "matchExpressions" [NAMED_ELEMENT_BYTES] => match_expressions: Option<Vec<NodeSelectorRequirementView<'a>>>,
+        "matchFields" [NAMED_ELEMENT_BYTES] => match_fields: Option<Vec<NodeSelectorRequirementView<'a>>>,
     }
 }
 
 view! {
     /// `requiredDuringSchedulingIgnoredDuringExecution` of a node affinity.
     pub struct NodeSelectorView<'a> expecting "NodeSelector" {
-        "nodeSelectorTerms" => node_selector_terms: Option<Vec<NodeSelectorTermView<'a>>>,
+        "nodeSelectorTerms" [ELEMENT_BYTES] => node_selector_terms: Option<Vec<NodeSelectorTermView<'a>>>,
     }
 }
 
@@ -544,10 +800,10 @@ view! {
         "os" => os: Option<PodOsView<'a>>,
         "nodeSelector" => node_selector: Option<StrMap<'a>>,
         "affinity" => affinity: Option<AffinityView<'a>>,
-        "volumes" => volumes: Option<Vec<VolumeView<'a>>>,
-        "initContainers" => init_containers: Option<Vec<I>>,
-        "containers" => containers: Option<Vec<ContainerView<'a>>>,
-        "ephemeralContainers" => ephemeral_containers: Option<Vec<ContainerView<'a>>>,
+        "volumes" [NAMED_ELEMENT_BYTES] => volumes: Option<Vec<VolumeView<'a>>>,
+        "initContainers" [NAMED_ELEMENT_BYTES] => init_containers: Option<Vec<I>>,
+        "containers" [NAMED_ELEMENT_BYTES] => containers: Option<Vec<ContainerView<'a>>>,
+        "ephemeralContainers" [NAMED_ELEMENT_BYTES] => ephemeral_containers: Option<Vec<ContainerView<'a>>>,
     }
 }
 
@@ -628,6 +884,9 @@ impl<'a> PodSpecView<'a> {
 pub struct DecodeFailure {
     pub path: String,
     pub message: String,
+    /// The object was not decoded because its lists hold more elements than an object the API
+    /// server stores can ([`metered`]); `path` names the list where they ran out.
+    pub too_large: bool,
 }
 
 impl fmt::Display for DecodeFailure {
@@ -636,15 +895,16 @@ impl fmt::Display for DecodeFailure {
     }
 }
 
-/// Decodes a Pod. On the happy path one pass; on failure a second pass, with path tracking, only
-/// to name the field.
+/// Decodes a Pod, within the bound of one object ([`metered`]). On the happy path one pass; on
+/// failure a second pass, with path tracking, only to name the field (none when the bound
+/// stopped it: its failure names the list).
 pub fn decode_pod(text: &str) -> Result<PodView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<PodOf<'_, ContainerView<'_>>>(text))
+    decode_as::<_, PodOf<'_, ContainerView<'_>>>(text)
 }
 
 /// Decodes a batch/v1 Job, as [`decode_pod`].
 pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<JobOf<'_, ContainerView<'_>>>(text))
+    decode_as::<_, JobOf<'_, ContainerView<'_>>>(text)
 }
 
 /// Decodes a pod template (`metadata` and `spec`) of a workload kind's object, as
@@ -652,19 +912,44 @@ pub fn decode_job(text: &str) -> Result<JobView<'_>, DecodeFailure> {
 pub fn decode_pod_template(
     text: &str,
 ) -> Result<PodTemplateOf<'_, InitContainerView<'_>>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<PodTemplateOf<'_, ContainerView<'_>>>(text))
+    decode_as::<_, PodTemplateOf<'_, ContainerView<'_>>>(text)
 }
 
 /// Decodes a bare pod spec of a workload kind's object, as [`decode_pod`].
 pub fn decode_pod_spec(text: &str) -> Result<PodSpecView<'_>, DecodeFailure> {
-    serde_json::from_str(text).map_err(|_| failure::<PodSpecOf<'_, ContainerView<'_>>>(text))
+    decode_as::<_, PodSpecOf<'_, ContainerView<'_>>>(text)
+}
+
+/// `text` decoded as `T` within the bound of one object; on failure, the failure named by
+/// decoding it again as `P` (`T` with init containers as plain views) with path tracking.
+fn decode_as<'a, T: Deserialize<'a>, P: Deserialize<'a>>(
+    text: &'a str,
+) -> Result<T, DecodeFailure> {
+    // A text long enough to pass the bound (a pod is a few KiB; only hostile or doomed objects
+    // are this long) is counted first, keeping nothing: past the bound it is refused without
+    // its views ever being built.
+    if text.len() >= SHORTEST_TOO_LARGE
+        && let (_, Some(too_large)) = counted(|| serde_json::from_str::<T>(text))
+    {
+        return Err(too_large);
+    }
+    match metered(|| serde_json::from_str(text)) {
+        (Ok(decoded), _) => Ok(decoded),
+        (Err(_), Some(too_large)) => Err(too_large),
+        (Err(_), None) => Err(failure::<P>(text)),
+    }
 }
 
 /// Decodes `text` again as `T` (the same views, init containers without their raw text), tracking
-/// the path, to say which field failed.
+/// the path, to say which field failed. Within the bound too: the first pass failed before it
+/// was reached, and so does this one.
 fn failure<'a, T: Deserialize<'a>>(text: &'a str) -> DecodeFailure {
     let mut de = serde_json::Deserializer::from_str(text);
-    let (path, inner) = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+    let (tracked, too_large) = metered(|| serde_path_to_error::deserialize::<_, T>(&mut de));
+    if let Some(too_large) = too_large {
+        return too_large;
+    }
+    let (path, inner) = match tracked {
         Err(e) => (e.path().to_string(), e.into_inner()),
         // The views decoded, so what failed was the end of the text.
         Ok(_) => match de.end() {
@@ -673,6 +958,7 @@ fn failure<'a, T: Deserialize<'a>>(text: &'a str) -> DecodeFailure {
                 return DecodeFailure {
                     path: ".".into(),
                     message: "cannot be decoded".into(),
+                    too_large: false,
                 };
             }
         },
@@ -685,6 +971,7 @@ fn failure<'a, T: Deserialize<'a>>(text: &'a str) -> DecodeFailure {
             .strip_suffix(&position)
             .unwrap_or(&message)
             .to_string(),
+        too_large: false,
     }
 }
 

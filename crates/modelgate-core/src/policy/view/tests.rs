@@ -318,6 +318,7 @@ fn typed_failure(text: &str) -> DecodeFailure {
     DecodeFailure {
         path: e.path().to_string(),
         message: message.strip_suffix(&position).unwrap().to_string(),
+        too_large: false,
     }
 }
 

@@ -2069,10 +2069,14 @@ fn an_object_naming_another_namespace_than_the_request_is_denied() {
             &PolicyConfig::default(),
             &CacheIndex::new(),
         );
-        assert!(!a.allowed(), "{webhook:?}: kube-system's exemption was taken from the object");
         assert!(
-            a.message()
-                .starts_with("metadata.namespace: is kube-system, but the request is for namespace team-a"),
+            !a.allowed(),
+            "{webhook:?}: kube-system's exemption was taken from the object"
+        );
+        assert!(
+            a.message().starts_with(
+                "metadata.namespace: is kube-system, but the request is for namespace team-a"
+            ),
             "{}",
             a.message()
         );

@@ -2088,3 +2088,75 @@ fn an_upgrade_admits_the_previous_releases_prep() {
         refused.stderr
     );
 }
+
+/// `kubectl set image` on the prep, as the API server sends it (a Pod UPDATE with its
+/// `oldObject`): the backstop denies it naming the field, as `/validate` does; an update of
+/// another container's image is admitted; one that changes no init image is not matched (the
+/// same condition keeps it from the webhook). Pods admitted earlier are not judged again.
+#[test]
+fn a_pod_update_may_not_change_the_prep_image() {
+    let cfg = configs()[0].1.clone();
+    let policy = Policy::new(&cfg, &selection());
+    let hooks = Webhooks::new(cfg.clone());
+    let admitted = pod_with_canonical_prep(&cfg);
+    let mut swapped = admitted.clone();
+    swapped["spec"]["initContainers"][0]["image"] = json!("evil.example/root:1");
+    let mut other_init = admitted.clone();
+    other_init["spec"]["initContainers"][1]["image"] = json!("busybox:2");
+    let mut other = admitted.clone();
+    other["spec"]["containers"][0]["image"] = json!("busybox:2");
+    // A pod from before the policy, with a root container: an image update is not the moment
+    // to judge it again.
+    let mut old_root = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "old", "namespace": "team-a"},
+        "spec": {"initContainers": [{"name": "setup", "image": "busybox:1"}],
+                 "containers": [{"name": "c", "image": "busybox:1"}]}});
+    let mut old_root_updated = old_root.clone();
+    old_root_updated["spec"]["initContainers"][0]["image"] = json!("busybox:2");
+    old_root["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 0});
+    old_root_updated["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 0});
+    let labels = enforce_labels();
+    let mut checks = Checks::default();
+    checks.expect(
+        &policy,
+        "the prep's image changed",
+        &Request::update(&swapped, &admitted, &labels),
+        |got| {
+            got.message().starts_with(
+                "spec.initContainers[0].image: the model-cache-prep image cannot change after admission",
+            ) && got.message().contains(backstop::MESSAGE_SUFFIX)
+        },
+    );
+    checks.expect(
+        &policy,
+        "another init container's image changed",
+        &Request::update(&other_init, &admitted, &labels),
+        |got| *got == Verdict::Admit,
+    );
+    checks.expect(
+        &policy,
+        "a container's image changed",
+        &Request::update(&other, &admitted, &labels),
+        |got| *got == Verdict::NotMatched,
+    );
+    checks.expect(
+        &policy,
+        "an older root pod's init image changed",
+        &Request::update(&old_root_updated, &old_root, &labels),
+        |got| *got == Verdict::Admit,
+    );
+    assert_no_failures(&checks.run());
+    // /validate says the same of the same update.
+    let mut review = create_review("u", &swapped, "team-a");
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = admitted.clone();
+    let answer = hooks.call(Webhook::Validate, &review);
+    assert!(!answer.allowed, "{}", answer.message);
+    assert!(
+        answer
+            .message
+            .starts_with("spec.initContainers[0].image: the model-cache-prep image cannot change"),
+        "{}",
+        answer.message
+    );
+}

@@ -29,6 +29,9 @@ POD_RULES = sorted(
         ("batch", "v1", "CREATE", "jobs"),
     ]
 )
+# The validating entry also sees a Pod UPDATE (its matchConditions keep only those that change an
+# init container's image): the model-cache-prep image may not change after admission.
+VALIDATE_POD_RULES = sorted([*POD_RULES, ("", "v1", "UPDATE", "pods")])
 # SPEC.md §11, §12: the pod templates of the workload controllers and of the ML custom resources,
 # CREATE and UPDATE (the entry's matchConditions skip an UPDATE that leaves every template as it
 # was). The kinds are the rows of the workload-kind table, which the server and the chart share.
@@ -56,7 +59,7 @@ CLUSTER_SCOPED = {(r["plural"],): "Cluster" for r in WORKLOAD_KINDS if r.get("sc
 # Every webhook entry: name -> (configuration kind, path, rules).
 WEBHOOKS = {
     "mutate.modelgate.io": ("MutatingWebhookConfiguration", "/mutate", POD_RULES),
-    "validate.modelgate.io": ("ValidatingWebhookConfiguration", "/validate", POD_RULES),
+    "validate.modelgate.io": ("ValidatingWebhookConfiguration", "/validate", VALIDATE_POD_RULES),
     "validate-controllers.modelgate.io": ("ValidatingWebhookConfiguration", "/validate", CONTROLLER_RULES),
 }
 
@@ -143,7 +146,7 @@ def webhooks(path, ns: str, ca_mode: str, failure_policy: str = "Fail", inject: 
         expect(s["path"] == path_, where + ": path must be " + path_)
         expect(s.get("port", 443) == https["port"], where + ": port must be the Service's https port")
         if not match_conditions:
-            rules = [r for r in rules if r[2] == "CREATE" or rules is POD_RULES]
+            rules = [r for r in rules if r[2] == "CREATE" or rules in (POD_RULES, VALIDATE_POD_RULES)]
         expect(bool(h.get("matchConditions")) == match_conditions, where + f": matchConditions present should be {match_conditions}")
         expect(flat_rules(h["rules"]) == rules, where + f": rules are {flat_rules(h['rules'])}")
         # Namespaced, but for a cluster-scoped row of the table (ClusterTrainingRuntime): the

@@ -54,6 +54,24 @@ matchConditions:
 {{- end -}}
 
 {{/*
+matchConditions of validate.modelgate.io: those of both Pod and Job webhooks, and a Pod UPDATE
+only when an init container's image changed (the validator judges nothing else of it: the
+model-cache-prep image may not change after admission).
+*/}}
+{{- define "modelgate.validateMatchConditions" -}}
+{{- with include "modelgate.matchConditions" . | trim }}
+{{ . }}
+  - name: only-pod-updates-that-change-init-images
+    expression: >-
+      request.kind.kind != 'Pod' || request.operation != 'UPDATE' ||
+      request.?subResource.orValue('') != '' ||
+      (has(object.spec.initContainers) && has(oldObject.spec.initContainers) &&
+      object.spec.initContainers.map(c, has(c.image) ? c.image : '') !=
+      oldObject.spec.initContainers.map(c, has(c.image) ? c.image : ''))
+{{- end }}
+{{- end -}}
+
+{{/*
 matchConditions of the workload kinds' entry (validate-controllers.modelgate.io, SPEC.md §11,
 §12), rendered from the workload-kind table:
 - an UPDATE that leaves every pod template as it was (a scale of the resource itself or of a

@@ -206,6 +206,8 @@ fn resource_rules(cfg: &PolicyConfig) -> Value {
     let plural = |k: WorkloadKind| format!("{}s", k.as_str().to_lowercase());
     let mut rules = vec![
         rule("", vec![plural(WorkloadKind::Pod)], &["CREATE"]),
+        // A Pod UPDATE: only the prep container's image is judged.
+        rule("", vec![plural(WorkloadKind::Pod)], &["UPDATE"]),
         rule(
             "",
             vec![format!("{}/ephemeralcontainers", plural(WorkloadKind::Pod))],
@@ -352,6 +354,14 @@ fn controller_kind_keys() -> Vec<String> {
         .collect()
 }
 
+/// The validating webhook's condition for a Pod UPDATE (the chart's and the manifests' too):
+/// only one that changes an init container's image is judged.
+pub const POD_UPDATE_CONDITION: &str = "request.kind.kind != 'Pod' || request.operation != 'UPDATE' || \
+     request.?subResource.orValue('') != '' || \
+     (has(object.spec.initContainers) && has(oldObject.spec.initContainers) && \
+     object.spec.initContainers.map(c, has(c.image) ? c.image : '') != \
+     oldObject.spec.initContainers.map(c, has(c.image) ? c.image : ''))";
+
 /// The policy's `matchConditions`: what the webhooks' conditions leave out, for the built-in
 /// kinds. Each is the same text whatever `--workload-kinds` adds: a matchCondition cannot read
 /// `variables`, so the table's kinds are judged by their own variables instead (their row
@@ -374,6 +384,10 @@ fn match_conditions(cfg: &PolicyConfig, sel: &Selection) -> Value {
                  : object.spec.template != oldObject.spec.template)",
                 cel_list(controller_kind_keys())
             ),
+        }),
+        json!({
+            "name": "only-pod-updates-that-change-init-images",
+            "expression": POD_UPDATE_CONDITION,
         }),
         json!({
             "name": "exclude-own-service-account",
@@ -526,6 +540,14 @@ fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String
     let mut v: Vec<(String, String)> = vec![
         ("kindKey".into(), KIND_KEY.to_string()),
         ("subResource".into(), "request.?subResource.orValue('')".into()),
+        // A Pod UPDATE of the main resource: only its prep's image is judged (the rest was
+        // judged at creation and cannot change).
+        (
+            "podUpdate".into(),
+            "request.kind.kind == 'Pod' && request.operation == 'UPDATE' \
+             && variables.subResource == ''"
+                .into(),
+        ),
         // A custom resource of the workload-kind table (§12): its templates are found by the
         // table's paths, in its row's variable, and none of the variables of one pod below is
         // read for it.
@@ -1372,6 +1394,8 @@ pub struct Validation {
 
 const RANGE_ADVICE: &str = "Use a uid in 1..2147483647 and a gid in 0..2147483647, or leave \
      them unset and let modelgate set them.";
+const PREP_UPDATE_ADVICE: &str = "Recreate the pod instead: modelgate injects the prep \
+     container of its current settings into a new pod.";
 const NONROOT_ADVICE: &str = "Set runAsNonRoot: true on the pod or the container; only \
      modelgate's own model-cache-prep may run as root.";
 
@@ -1390,8 +1414,8 @@ pub fn validations() -> Vec<Validation> {
     vec![
         entry(
             format!(
-                "variables.tableKind ? size(variables.tableRangeViolations) == 0 \
-                 : size(variables.podRanges) + {} == 0",
+                "variables.podUpdate || (variables.tableKind ? size(variables.tableRangeViolations) == 0 \
+                 : size(variables.podRanges) + {} == 0)",
                 found_count("range")
             ),
             format!(
@@ -1403,10 +1427,28 @@ pub fn validations() -> Vec<Validation> {
             "A runAsUser, runAsGroup or fsGroup of the pod is outside its range.",
         ),
         entry(
-            format!("{} == 0", found_count("nonRoot")),
+            format!("variables.podUpdate || {} == 0", found_count("nonRoot")),
             named("nonRoot", non_root_finding),
             NONROOT_ADVICE,
             "A container may run as root: its runAsNonRoot (its own, else the pod's) is not true.",
+        ),
+        entry(
+            format!(
+                "!variables.podUpdate || !has(oldObject.spec.initContainers) \
+                 || !has(object.spec.initContainers) \
+                 || oldObject.spec.initContainers.filter(o, has(o.name) && o.name == {prep}).all(o, \
+                 object.spec.initContainers.filter(c, has(c.name) && c.name == {prep}).all(c, \
+                 (has(c.image) ? c.image : '') == (has(o.image) ? o.image : '')))",
+                prep = cel_string(PREP_CONTAINER)
+            ),
+            format!(
+                "['spec.initContainers[' + string(object.spec.initContainers.map(c, \
+                 has(c.name) ? c.name : '').indexOf({prep})) + '].image: the {PREP_CONTAINER} image \
+                 cannot change after admission']",
+                prep = cel_string(PREP_CONTAINER)
+            ),
+            PREP_UPDATE_ADVICE,
+            "The model-cache-prep image cannot change after admission.",
         ),
     ]
 }

@@ -60,8 +60,9 @@ pub struct Request {
     pub operation: &'static str,
     pub dry_run: bool,
     pub object: Option<Box<RawValue>>,
-    /// `oldObject` of an UPDATE of any kind but a Pod or a Job (a kind of the workload-kind
-    /// table, whose unchanged templates are allowed untouched); `None` for a Pod or a Job.
+    /// `oldObject` of an UPDATE of any kind but a Job (a kind of the workload-kind table, whose
+    /// unchanged templates are allowed untouched; a Pod, whose prep container is compared);
+    /// `None` for a Job and for a Pod's subresources.
     pub old_object: Option<Box<RawValue>>,
 }
 
@@ -410,12 +411,16 @@ impl Request {
         };
         // Pods and Jobs are judged on CREATE (and ephemeral containers): only the kinds whose
         // templates are judged on UPDATE keep the old object, to compare the templates.
-        let mutated = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind)
-            .is_some_and(WorkloadKind::is_mutated);
+        let kind = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind);
+        let mutated = kind.is_some_and(WorkloadKind::is_mutated);
+        // A Pod UPDATE of the main resource keeps it too: its prep container is compared.
+        let pod_update = kind == Some(WorkloadKind::Pod)
+            && operation == "UPDATE"
+            && head.sub_resource.as_deref().is_none_or(str::is_empty);
         Request {
             old_object: head
                 .old_object
-                .filter(|o| !mutated && o.get() != "null")
+                .filter(|o| (!mutated || pod_update) && o.get() != "null")
                 .map(|o| o.to_owned()),
             envelope,
             group: head.kind.group,

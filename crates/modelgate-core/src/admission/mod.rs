@@ -264,7 +264,12 @@ fn decide_unbounded(
         && req.operation == "UPDATE"
         && req.sub_resource.as_deref() == Some("ephemeralcontainers");
     let create = req.operation == "CREATE" && req.sub_resource.is_none();
-    if !(create || ephemeral_update) || ctx.config.is_exempt(&req.namespace) {
+    // A Pod UPDATE of the main resource: the validator compares the prep container's image.
+    let pod_update = kind == WorkloadKind::Pod
+        && req.operation == "UPDATE"
+        && req.sub_resource.is_none()
+        && webhook == Webhook::Validate;
+    if !(create || ephemeral_update || pod_update) || ctx.config.is_exempt(&req.namespace) {
         return Decision::allow();
     }
     let (decoded, raw) = match object {
@@ -306,6 +311,13 @@ fn decide_unbounded(
             .enforces_restricted(namespace, ctx.config.pod_security_default);
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
             let workload = d.workload(namespace, restricted)?;
+            if pod_update {
+                return policy::validate_pod_update(
+                    &workload,
+                    req.old_object.as_deref().map(RawValue::get),
+                )
+                .map(|()| Mutation::default());
+            }
             match (webhook, ns_mode.mode) {
                 // Nothing was patched in these modes, so the validator judges the object as
                 // enforce's mutation would have left it: only the denials enforce would give.

@@ -2099,3 +2099,37 @@ fn an_object_naming_another_namespace_than_the_request_is_denied() {
     );
     assert!(a.allowed());
 }
+
+/// `kubectl set image` on the prep, as the API server sends it (a Pod UPDATE with its
+/// `oldObject`): denied, naming the field; an update that changes another container's image,
+/// or nothing of the prep, is allowed. The mutating webhook does not take part.
+#[test]
+fn a_pod_update_may_not_change_the_prep_image() {
+    let admitted = mutate(cache_pod(pvc_volume())).patched;
+    let mut swapped = admitted.clone();
+    swapped["spec"]["initContainers"][0]["image"] = json!("evil.example/root:1");
+    let mut other = admitted.clone();
+    other["spec"]["containers"][0]["image"] = json!("busybox:2");
+    let update = |object: &Value| {
+        let mut review = review_of("Pod", "UPDATE", None, "team-a", object.clone());
+        review["request"]["oldObject"] = admitted.clone();
+        review
+    };
+    let cfg = PolicyConfig::default();
+    let index = CacheIndex::new();
+    let a = run_with(Webhook::Validate, &update(&swapped), &cfg, &index);
+    assert!(!a.allowed());
+    assert!(
+        a.message().starts_with(
+            "spec.initContainers[0].image: the model-cache-prep image cannot change after \
+             admission (docker.io/curlimages/curl:8.18.0 to evil.example/root:1)"
+        ),
+        "{}",
+        a.message()
+    );
+    for allowed in [&other, &admitted] {
+        assert!(run_with(Webhook::Validate, &update(allowed), &cfg, &index).allowed());
+    }
+    let m = run_with(Webhook::Mutate, &update(&swapped), &cfg, &index);
+    assert!(m.allowed() && m.patch.is_empty());
+}

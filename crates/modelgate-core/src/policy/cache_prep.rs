@@ -1,9 +1,12 @@
 //! SPEC.md §4: the `model-cache-prep` init container that gives the cache root its owner and mode.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::view::VolumeView;
 use super::workload::Workload;
+use super::{Denial, Rule};
 use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
 
 /// Per-pod override of `--cache-volume`.
@@ -304,6 +307,84 @@ pub(crate) const DEFAULTED: [&str; 3] = [
 pub(crate) const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The name prefix of the projected token volume that plugin adds (`kube-api-access-<random>`).
 pub(crate) const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
+
+/// The image of a container, from its JSON.
+#[derive(serde::Deserialize)]
+struct ImageOf<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    image: Option<Cow<'a, str>>,
+}
+
+/// The init containers of a stored pod (`oldObject`), as JSON.
+#[derive(serde::Deserialize)]
+struct OldPod<'a> {
+    #[serde(borrow)]
+    spec: Option<OldSpec<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct OldSpec<'a> {
+    #[serde(rename = "initContainers", borrow)]
+    init_containers: Option<Vec<ImageOf<'a>>>,
+}
+
+const UNCHANGED_PREP_ADVICE: &str = "Recreate the pod instead: modelgate injects the prep \
+     container of its current settings into a new pod.";
+
+/// A Pod UPDATE keeps the prep's image: the API server lets an update change a container's
+/// image, and the kubelet runs the new one as root with CHOWN and FOWNER the next time the
+/// init containers run (a sandbox restart after a node reboot). `old_object` is the stored
+/// pod; an update that changes the image of the init container named `model-cache-prep` is
+/// denied, naming the field.
+pub(crate) fn prep_unchanged(w: &Workload, old_object: Option<&str>) -> Result<(), Denial> {
+    let Some(new_index) = w
+        .spec
+        .init_containers()
+        .iter()
+        .position(|c| c.container.name() == PREP_CONTAINER)
+    else {
+        return Ok(());
+    };
+    let Ok(new) = serde_json::from_str::<ImageOf>(w.spec.init_containers()[new_index].raw.get())
+    else {
+        return Ok(());
+    };
+    let old = old_object
+        .and_then(|text| serde_json::from_str::<OldPod>(text).ok())
+        .and_then(|pod| {
+            pod.spec?
+                .init_containers?
+                .into_iter()
+                .find(|c| c.name.as_deref() == Some(PREP_CONTAINER))
+        });
+    let Some(old) = old else {
+        // No prep in the stored pod: the API server refuses an update that adds an init
+        // container, so there is nothing to compare.
+        return Ok(());
+    };
+    if old.image == new.image {
+        return Ok(());
+    }
+    let shown = |i: &Option<Cow<str>>| {
+        super::shorten_uri(i.as_deref().unwrap_or_default(), 128).into_owned()
+    };
+    Err(Denial::single(
+        Rule::CachePrep,
+        w.spec_path
+            .key("initContainers")
+            .index(new_index)
+            .key("image")
+            .to_string(),
+        format!(
+            "the {PREP_CONTAINER} image cannot change after admission ({} to {})",
+            shown(&old.image),
+            shown(&new.image)
+        ),
+        UNCHANGED_PREP_ADVICE,
+    ))
+}
 
 /// The longest text a canonical prep container can have as it reaches a webhook: the
 /// container (its image and mount path are flags, at most a few hundred bytes each), the

@@ -441,6 +441,12 @@ pub(crate) fn validate_present(w: &Workload, cfg: &PolicyConfig) -> Result<(), D
     validate::validate(w, cfg, Checks::Present)
 }
 
+/// The validating webhook's decision on a Pod UPDATE of the main resource: only the prep
+/// container's image is judged (the rest was judged at creation and cannot change).
+pub(crate) fn validate_pod_update(w: &Workload, old_object: Option<&str>) -> Result<(), Denial> {
+    cache_prep::prep_unchanged(w, old_object)
+}
+
 /// The validating webhook's decision; `ephemeral_update` for a Pod UPDATE of the
 /// `ephemeralcontainers` subresource.
 pub(crate) fn validate(

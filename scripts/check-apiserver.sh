@@ -7,9 +7,10 @@
 #
 #   scripts/check-apiserver.sh            (MODELGATE_BIN defaults to target/debug/modelgate)
 #
-# The backstop (`modelgate backstop`) is evaluated with kube-apiserver's own admission-policy CEL:
-# the kube-cel binaries (vap130, vap131, vap132, vap136) in $KUBE_CEL_DIR (../shared/tools/kube-cel,
-# see its README.md).
+# The objects are the corpus, and the backstop (`modelgate backstop`) is evaluated with
+# kube-apiserver's own admission-policy CEL: the kube-cel binaries (vap130, vap131, vap132, vap136)
+# in $KUBE_CEL_DIR; both as scripts/inputs.sh resolves them (.inputs/corpus, .inputs/kube-cel and
+# its README.md; docs/test-inputs.md).
 #
 # Each command prints what it checked and its counts; any failure fails this script.
 set -euo pipefail
@@ -18,8 +19,16 @@ cd "$REPO"
 TOOLS="${MODELGATE_TOOLS_DIR:-$REPO/.tools}"
 MODELGATE_BIN="${MODELGATE_BIN:-target/debug/modelgate}"
 OUT="$REPO/target/apiserver"
-KUBE_CEL_DIR="${KUBE_CEL_DIR:-$REPO/../shared/tools/kube-cel}"
+INPUTS="${MODELGATE_INPUTS_DIR:-.inputs}"
+[[ "$INPUTS" == /* ]] || INPUTS="$REPO/$INPUTS"
+CORPUS="$INPUTS/corpus"
 
+if [[ -n "${KUBE_CEL_DIR:-}" ]]; then
+  scripts/inputs.sh --quiet corpus
+else
+  scripts/inputs.sh --quiet corpus kube-cel
+  KUBE_CEL_DIR="$INPUTS/kube-cel"
+fi
 scripts/install-tools.sh
 [[ -x "$MODELGATE_BIN" ]] || { echo "check-apiserver: $MODELGATE_BIN not found (cargo build first)" >&2; exit 1; }
 
@@ -47,7 +56,7 @@ RESULTS="$OUT/conformance-objects"
 # The backstop as the binary under test renders it (the ValidatingAdmissionPolicy, then its
 # binding); the harness reads the YAML stream itself (ghodss/yaml).
 "$MODELGATE_BIN" backstop >"$OUT/backstop.yaml"
-"$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus ../shared/corpus -examples examples -out "$RESULTS" \
+"$OUT/conformance" -modelgate "$MODELGATE_BIN" -corpus "$CORPUS" -examples examples -out "$RESULTS" \
   -backstop-vap "$OUT/backstop.yaml" -kube-cel "$KUBE_CEL_DIR" \
   -ml-kinds-requests "$OUT/ml-kinds-requests.json" || failed=1
 

@@ -4,13 +4,19 @@
 # inputs, tests/fuzz_regressions.rs), the pipeline's instructions per admission against their
 # ceilings (scripts/instruction-budget.sh), the binary called as kube-apiserver calls it (a Go
 # harness, scripts/check-apiserver.sh), the install assets checked with real tools, and the
-# dependency audit against the RustSec snapshot beside the project. Fails on the first failure.
+# dependency audit against the pinned RustSec snapshot. Fails on the first failure.
 # Deterministic: exploratory fuzzing is a separate command with its own budget, scripts/fuzz.sh.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# First, so that a clone without them stops here, in seconds, saying what is missing and how to
+# get it: the corpus, the advisory database, the kube-cel binaries and SPEC.md (tests/inputs.json),
+# from a mirror or their origin, verified, into .inputs/ (docs/test-inputs.md).
+step "external inputs (scripts/inputs.sh: tests/inputs.json, verified, into .inputs/)"
+scripts/inputs.sh
 
 step "cargo fmt --all --check"
 cargo fmt --all --check
@@ -40,5 +46,5 @@ scripts/check-apiserver.sh
 step "install assets (tests/assets: helm, kustomize, kubernetes-validate, hadolint, promtool, Prometheus)"
 scripts/check-install-assets.sh
 
-step "cargo audit (offline, ../shared/advisory-db)"
+step "cargo audit (scripts/audit.sh: the pinned advisory database, .inputs/advisory-db, offline; without a mirror, the newest)"
 bash scripts/audit.sh

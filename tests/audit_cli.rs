@@ -9,7 +9,6 @@ mod audit_support;
 mod cli;
 mod support;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use audit_support::{REPORT_APIS, ReportApi, audit_cluster, check_results, rule_result};
@@ -332,13 +331,12 @@ async fn an_expired_continue_token_ends_the_audit_with_a_clear_error() {
     );
 }
 
-/// Kyverno's `require-run-as-non-root-user` resources (../shared/corpus): the same six bad
+/// Kyverno's `require-run-as-non-root-user` resources (the corpus): the same six bad
 /// security contexts as Pods, Deployments and CronJobs. The controllers are denied exactly where
 /// their pods are, with the field named in their own terms; the good ones are patched.
 #[test]
 fn controllers_in_the_kyverno_corpus_are_denied_where_their_pods_are() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus/kyverno/require-run-as-non-root-user/resource.yaml");
+    let file = cli::inputs_dir().join("corpus/kyverno/require-run-as-non-root-user/resource.yaml");
     if !file.is_file() {
         cli::missing(&format!("the corpus ({})", file.display()));
         return;
@@ -746,7 +744,7 @@ fn both_report_apis_are_valid_for_their_crds_with_names_stable_across_runs() {
     }
 }
 
-/// Every workload of the corpus (../shared/corpus: Kyverno's, Pod Security's, Istio's and
+/// Every workload of the corpus (.inputs/corpus: Kyverno's, Pod Security's, Istio's and
 /// Gatekeeper's objects) gets a report valid for both CRDs, and two different workloads never
 /// share a report name.
 #[test]

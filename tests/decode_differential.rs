@@ -14,9 +14,10 @@
 //!   difference of SPEC.md §6): the test asserts exactly that the refused field is not one the
 //!   rules read.
 //!
-//! Over every object and review of `../shared/corpus`, `tests/fixtures` and `benches/reviews`,
-//! and over generated pods and Jobs (proptest) that mix valid and invalid values, wrong types in
-//! read and unread fields, `null`s and unknown fields at every level.
+//! Over every object and review of the corpus (`.inputs/corpus`, resolved by `scripts/inputs.sh`),
+//! `tests/fixtures` and `benches/reviews`, and over generated pods and Jobs (proptest) that mix
+//! valid and invalid values, wrong types in read and unread fields, `null`s and unknown fields at
+//! every level.
 
 use std::path::{Path, PathBuf};
 
@@ -157,6 +158,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The corpus, where `scripts/inputs.sh` resolves it: `$MODELGATE_INPUTS_DIR` (default
+/// `.inputs`, relative to the repository)`/corpus`.
+fn corpus() -> PathBuf {
+    root()
+        .join(std::env::var_os("MODELGATE_INPUTS_DIR").unwrap_or_else(|| ".inputs".into()))
+        .join("corpus")
+}
+
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -179,8 +188,12 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
 /// given an envelope, reviews as they are.
 fn corpus_reviews() -> Vec<(String, Value)> {
     let mut files = Vec::new();
-    for dir in ["../shared/corpus", "tests/fixtures", "benches/reviews"] {
-        files_under(&root().join(dir), &mut files);
+    for dir in [
+        corpus(),
+        root().join("tests/fixtures"),
+        root().join("benches/reviews"),
+    ] {
+        files_under(&dir, &mut files);
     }
     let mut out = Vec::new();
     for path in files {
@@ -238,7 +251,7 @@ fn configs() -> Vec<PolicyConfig> {
 
 fn caches() -> CacheIndex {
     let mut files = vec![root().join("benches/reviews/caches.json")];
-    let kserve = root().join("../shared/corpus/kserve/localmodelcache_readme_objects.yaml");
+    let kserve = corpus().join("kserve/localmodelcache_readme_objects.yaml");
     if kserve.is_file() {
         files.push(kserve);
         files.push(root().join("tests/fixtures/kserve/localmodelcache-status.yaml"));

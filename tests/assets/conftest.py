@@ -28,6 +28,11 @@ def modelgate_bin() -> Path:
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    path = Path(os.environ.get("MODELGATE_CORPUS", REPO.parent / "shared" / "corpus"))
-    assert (path / "kserve" / "localmodelcache_readme_objects.yaml").is_file(), f"corpus not found at {path} (set MODELGATE_CORPUS)"
+    """The corpus: MODELGATE_CORPUS, else as scripts/inputs.sh resolves it ($MODELGATE_INPUTS_DIR/corpus,
+    default .inputs/corpus)."""
+    inputs = REPO / os.environ.get("MODELGATE_INPUTS_DIR", ".inputs")
+    path = Path(os.environ.get("MODELGATE_CORPUS", inputs / "corpus"))
+    assert (path / "kserve" / "localmodelcache_readme_objects.yaml").is_file(), (
+        f"corpus not found at {path} (scripts/inputs.sh resolves it; or set MODELGATE_CORPUS)"
+    )
     return path

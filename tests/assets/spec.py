@@ -14,7 +14,9 @@ ROW = re.compile(r"^\|\s*`(--[a-z-]+)[^`]*`\s*\|\s*`([^`]+)`\s*\|")
 
 
 def spec_path() -> Path:
-    return Path(os.environ.get("MODELGATE_SPEC", REPO.parent / "shared" / "SPEC.md"))
+    """MODELGATE_SPEC, else SPEC.md as scripts/inputs.sh resolves it ($MODELGATE_INPUTS_DIR/spec, default .inputs/spec)."""
+    inputs = REPO / os.environ.get("MODELGATE_INPUTS_DIR", ".inputs")
+    return Path(os.environ.get("MODELGATE_SPEC", inputs / "spec" / "SPEC.md"))
 
 
 def section(text: str, number: int) -> str:
@@ -35,7 +37,7 @@ def policy_defaults(text: str) -> dict[str, str]:
 
 def read_policy_defaults() -> dict[str, str]:
     path = spec_path()
-    expect(path.is_file(), f"SPEC.md not found at {path} (set MODELGATE_SPEC)")
+    expect(path.is_file(), f"SPEC.md not found at {path} (scripts/inputs.sh resolves it; or set MODELGATE_SPEC)")
     defaults = policy_defaults(path.read_text())
     expect(len(defaults) >= 9, f"only {len(defaults)} literal defaults found in §2 of {path}: {defaults}")
     return defaults

@@ -245,7 +245,7 @@ def test_reports_of_crafted_workloads(assets: Assets, modelgate_bin: Path, valid
 
 @pytest.mark.parametrize("api", sorted(APIS))
 def test_reports_of_the_corpus(assets: Assets, modelgate_bin: Path, corpus: Path, validators, api: str) -> None:
-    """Every workload of the corpus (../shared/corpus), in one run: one valid report each, and
+    """Every workload of the corpus (.inputs/corpus), in one run: one valid report each, and
     the reports' fails and warnings are the denials and patches `audit -o json` counts."""
     files = sorted(p for p in corpus.rglob("*") if p.suffix in (".yaml", ".json") and p.name != "_manifest.json")
     _, summary = audit(modelgate_bin, assets.work / "corpus-audit.json", "json", *files)

@@ -112,13 +112,28 @@ pub fn fixture(name: &str) -> String {
         .into_owned()
 }
 
-/// `../shared/corpus`, or `None` where it is absent (see [`missing`]).
+/// Where `scripts/inputs.sh` puts the tests' inputs from outside the repository (the corpus,
+/// the kube-cel binaries, ...; `tests/inputs.json`, docs/test-inputs.md): `$MODELGATE_INPUTS_DIR`
+/// (relative to the repository), default `.inputs`.
+pub fn inputs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(std::env::var_os("MODELGATE_INPUTS_DIR").unwrap_or_else(|| ".inputs".into()))
+}
+
+/// The corpus (`<inputs>/corpus`, see [`inputs_dir`]), or `None` where it is absent (see
+/// [`missing`]).
 pub fn corpus_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-    if dir.join("README.md").is_file() {
+    let dir = inputs_dir().join("corpus");
+    if dir
+        .join("kserve/localmodelcache_readme_objects.yaml")
+        .is_file()
+    {
         Some(dir)
     } else {
-        missing(&format!("the corpus ({})", dir.display()));
+        missing(&format!(
+            "the corpus ({}: scripts/inputs.sh resolves it)",
+            dir.display()
+        ));
         None
     }
 }

@@ -509,8 +509,12 @@ impl Conn {
 // ---------------------------------------------------------------------------------------------
 // AdmissionReviews
 
+/// The corpus's AdmissionReviews, where `scripts/inputs.sh` resolves them:
+/// `$MODELGATE_INPUTS_DIR` (default `.inputs`, relative to the repository)`/corpus/admissionreview`.
 pub fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/admissionreview")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(std::env::var_os("MODELGATE_INPUTS_DIR").unwrap_or_else(|| ".inputs".into()))
+        .join("corpus/admissionreview")
 }
 
 /// The corpus AdmissionReviews (bare AdmissionRequests wrapped in a v1 envelope), or `None`

@@ -1,8 +1,9 @@
 //! kube-apiserver's own ValidatingAdmissionPolicy compiler and evaluator, offline: the static
-//! binaries of `../shared/tools/kube-cel` (its README: usage, case files, output), one per
-//! minor version of the API server. [`evaluate`] writes a policy and its cases to a temporary
-//! directory, runs every version of [`VERSIONS`] on them (each its own process, at most
-//! [`MAX_PROCESSES`] at a time in the whole test binary) and parses what each decided.
+//! binaries of `.inputs/kube-cel`, resolved by `scripts/inputs.sh` (its README: usage, case
+//! files, output), one per minor version of the API server. [`evaluate`] writes a policy and its
+//! cases to a temporary directory, runs every version of [`VERSIONS`] on them (each its own
+//! process, at most [`MAX_PROCESSES`] at a time in the whole test binary) and parses what each
+//! decided.
 //!
 //! The contract the tests rely on:
 //! - a compile error of the policy (as created, or as stored) in any version fails the test,
@@ -87,13 +88,16 @@ pub const VERSIONS: [Version; 4] = [
 /// At most this many evaluator processes at once, over every test of the binary.
 pub const MAX_PROCESSES: usize = 2;
 
-/// The directory of the binaries: `$MODELGATE_KUBE_CEL_DIR`, else
-/// `<CARGO_MANIFEST_DIR>/../shared/tools/kube-cel`. `None` (the test is skipped) when a binary
-/// is missing, a failure under `MODELGATE_REQUIRE_TOOLS=1`.
+/// The directory of the binaries: `$MODELGATE_KUBE_CEL_DIR`, else `kube-cel` in the inputs that
+/// `scripts/inputs.sh` resolves (`$MODELGATE_INPUTS_DIR`, default `.inputs`, relative to the
+/// repository). `None` (the test is skipped) when a binary is missing, a failure under
+/// `MODELGATE_REQUIRE_TOOLS=1`.
 pub fn tools_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os(DIR_ENV) {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/kube-cel"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(std::env::var_os("MODELGATE_INPUTS_DIR").unwrap_or_else(|| ".inputs".into()))
+            .join("kube-cel"),
     };
     let absent: Vec<&str> = VERSIONS
         .iter()
@@ -104,7 +108,7 @@ pub fn tools_dir() -> Option<PathBuf> {
         Some(dir)
     } else {
         required::missing(&format!(
-            "kube-apiserver's CEL evaluator ({} in {}; set {DIR_ENV} to its directory)",
+            "kube-apiserver's CEL evaluator ({} in {}; scripts/inputs.sh resolves it, or set {DIR_ENV} to its directory)",
             absent.join(", "),
             dir.display()
         ));
@@ -399,7 +403,7 @@ impl Drop for Permit {
 /// it cannot read, or when the binaries are missing (call [`tools_dir`] first to skip instead).
 pub fn evaluate(vap: &Value, cases: &[Case]) -> Evaluation {
     let dir = tools_dir().unwrap_or_else(|| {
-        panic!("kube-apiserver's CEL evaluator is missing ({DIR_ENV}, or ../shared/tools/kube-cel)")
+        panic!("kube-apiserver's CEL evaluator is missing ({DIR_ENV}, or .inputs/kube-cel: scripts/inputs.sh)")
     });
     let work = tempfile::tempdir().expect("a temporary directory");
     // To run the binaries on these files by hand: `MODELGATE_KUBE_CEL_KEEP=1` keeps them.

@@ -5,7 +5,10 @@
 // custom resources (mlkinds.go) judged as the pods their controllers would make. Then,
 // modelgate stopped, the outage with the backstop installed (outage.go).
 //
-//	conformance -modelgate target/debug/modelgate -corpus ../shared/corpus -examples examples -out DIR
+//	conformance -modelgate target/debug/modelgate -corpus .inputs/corpus -examples examples -out DIR
+//
+// The corpus and the kube-cel binaries are the inputs scripts/inputs.sh resolves
+// ($MODELGATE_INPUTS_DIR, default .inputs: docs/test-inputs.md).
 //
 // It exits 1 if anything failed, after printing each failure and a summary; 2 if it could not
 // run (a kube-cel binary or the backstop missing, ...).
@@ -22,12 +25,12 @@ import (
 
 func main() {
 	bin := flag.String("modelgate", "target/debug/modelgate", "the modelgate binary under test")
-	corpus := flag.String("corpus", "../shared/corpus", "the shared corpus (Pods, Jobs, workloads, AdmissionReviews)")
+	corpus := flag.String("corpus", inputs("corpus"), "the corpus (Pods, Jobs, workloads, AdmissionReviews), as scripts/inputs.sh resolves it")
 	examples := flag.String("examples", "examples", "the examples directory (pod.yaml, job.yaml, cluster-state.yaml)")
 	out := flag.String("out", "target/apiserver/conformance", "where to write the objects as stored (final/), as first seen (input/), and the backstop's kube-cel cases and output (backstop/)")
 	verbose := flag.Bool("v", false, "print each object's decision")
 	backstopVAP := flag.String("backstop-vap", "", "the backstop as `modelgate backstop` prints it (YAML or JSON stream: the ValidatingAdmissionPolicy and its binding); empty: render it with the -modelgate binary")
-	kubeCEL := flag.String("kube-cel", "../shared/tools/kube-cel", "the directory of the kube-cel binaries (vap130, vap131, vap132, vap136: kube-apiserver's admission-policy CEL)")
+	kubeCEL := flag.String("kube-cel", inputs("kube-cel"), "the directory of the kube-cel binaries (vap130, vap131, vap132, vap136: kube-apiserver's admission-policy CEL)")
 	mlRequests := flag.String("ml-kinds-requests", "target/apiserver/ml-kinds-requests.json", "the ML custom resources' requests and matchConditions verdicts (written by cargo test --test ml_kinds)")
 	flag.Parse()
 	if err := checkKubeCEL(*kubeCEL); err != nil {
@@ -43,6 +46,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(2)
 	}
+}
+
+// inputs is where scripts/inputs.sh resolves the input name: $MODELGATE_INPUTS_DIR (default
+// .inputs, relative to the repository, the working directory of scripts/check-apiserver.sh).
+func inputs(name string) string {
+	dir := os.Getenv("MODELGATE_INPUTS_DIR")
+	if dir == "" {
+		dir = ".inputs"
+	}
+	return filepath.Join(dir, name)
 }
 
 func run(bin, corpus, examples, out, mlRequests, kubeCEL string, policy *backstopPolicy, verbose bool) error {

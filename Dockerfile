@@ -5,6 +5,11 @@
 # Builder and runtime are both Debian 12 (bookworm), so the binary's glibc matches the runtime's.
 
 FROM rust:1.95-bookworm AS build
+# The commit `modelgate --version` reports (.git is not in the build context):
+# scripts/build-image.sh passes it.
+ARG MODELGATE_COMMIT=unknown
+ARG MODELGATE_COMMIT_DATE=
+ENV MODELGATE_COMMIT=$MODELGATE_COMMIT MODELGATE_COMMIT_DATE=$MODELGATE_COMMIT_DATE
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and target folder between builds; the binary is copied out of

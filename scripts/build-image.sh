@@ -63,22 +63,26 @@ EOF
 fi
 
 cd "$REPO"
+# The commit the binary reports (`modelgate --version`): the build context has no .git.
+commit="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+commit_date="$(git log -1 --format=%cs 2>/dev/null || true)"
+build_args=(--build-arg "MODELGATE_COMMIT=$commit" --build-arg "MODELGATE_COMMIT_DATE=$commit_date")
 echo "build-image: building $image for $platform with $builder" >&2
 case "$builder" in
   docker)
     # --push sends the image straight from BuildKit; otherwise --load puts it in the local store.
     if [[ $push == 1 ]]; then
-      docker buildx build --platform "$platform" --tag "$image" --push .
+      docker buildx build --platform "$platform" "${build_args[@]}" --tag "$image" --push .
     else
-      docker buildx build --platform "$platform" --tag "$image" --load .
+      docker buildx build --platform "$platform" "${build_args[@]}" --tag "$image" --load .
     fi
     ;;
   podman)
-    podman build --platform "$platform" --format docker --tag "$image" .
+    podman build --platform "$platform" "${build_args[@]}" --format docker --tag "$image" .
     [[ $push == 0 ]] || podman push "$image"
     ;;
   buildah)
-    buildah build --platform "$platform" --format docker --tag "$image" .
+    buildah build --platform "$platform" "${build_args[@]}" --format docker --tag "$image" .
     [[ $push == 0 ]] || buildah push "$image"
     ;;
   *)

@@ -35,6 +35,8 @@ fn config() -> CacheWatchConfig {
         },
         watch_timeout: None,
         watch_metrics: Default::default(),
+        cap_relist_interval: Duration::from_millis(100),
+        ..CacheWatchConfig::default()
     }
 }
 
@@ -563,6 +565,25 @@ async fn large_kinds_are_listed_in_pages() {
     // 36 seeded claims and 1 200 more, in pages of 500.
     assert_eq!(store.view().index.counts().pvcs, 36 + 1_200);
     assert_eq!(server.counts(PVCS).lists, 3);
+
+    // Namespace caches, which tenants write, in pages of 25 (a page is decoded whole).
+    let server = seeded(&CRDS).await;
+    for i in 0..70 {
+        server.apply(
+            NAMESPACE_CACHES,
+            ns_cache(&format!("team-{}", i % 3), &format!("c{i}"), "hf://org/m"),
+        );
+    }
+    let watch = CacheWatch::spawn(
+        server.client(),
+        CacheIndex::new(),
+        CacheMetrics::new(),
+        config(),
+    );
+    let store = watch.store();
+    eventually("synced", || store.is_synced()).await;
+    assert_eq!(store.view().index.counts().namespace_caches, 70);
+    assert_eq!(server.counts(NAMESPACE_CACHES).lists, 3);
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 
 use super::CacheIndex;
 use super::cluster::{Kind, Reading, build_index, convert, describe, object_key};
+use super::reflect::caps::{CacheLimits, Offer, Selection};
 
 /// The kind's objects in every namespace.
 pub(crate) fn api(kind: Kind, client: kube::Client) -> Api<DynamicObject> {
@@ -71,13 +72,18 @@ pub(crate) fn from_metadata(p: kube::core::PartialObjectMeta<DynamicObject>) -> 
     }
 }
 
-/// Lists every kind once, in pages of 500, and merges `static_index` over them.
+/// Lists every kind once, in pages of 500, and merges `static_index` over them. Objects are
+/// converted and bounded as `serve`'s watch converts them, and the namespace caches capped as
+/// `serve` caps them by default (`--max-caches-per-namespace`, `--max-namespace-caches`).
 pub async fn list_once(
     client: kube::Client,
     static_index: &CacheIndex,
 ) -> Result<Listed, ClusterCacheError> {
     let mut objects = Vec::new();
     let mut notes = Vec::new();
+    let mut selection = Selection::new(CacheLimits::default());
+    let mut namespace_caches = std::collections::HashMap::new();
+    let mut over_cap = 0;
     for kind in Kind::ALL {
         let api = api(kind, client.clone());
         let mut params = ListParams::default().limit(500);
@@ -92,7 +98,25 @@ pub async fn list_once(
             };
             for obj in page.items {
                 let key = object_key(&obj);
+                let created = obj
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(i64::MAX, |t| t.0.as_second());
                 match convert(kind, obj) {
+                    Ok(c) if kind == Kind::NamespaceCache => match selection.offer(&key, created) {
+                        Offer::Kept => {
+                            namespace_caches.insert(key, c);
+                        }
+                        Offer::Admitted { displaced } => {
+                            for (d, _) in displaced {
+                                namespace_caches.remove(&d);
+                                over_cap += 1;
+                            }
+                            namespace_caches.insert(key, c);
+                        }
+                        Offer::Refused(_) => over_cap += 1,
+                    },
                     Ok(c) => objects.push(c),
                     Err(why) => notes.push(format!("{} skipped: {why}", describe(kind, &key))),
                 }
@@ -102,6 +126,13 @@ pub async fn list_once(
                 None => break,
             }
         }
+    }
+    objects.extend(namespace_caches.into_values());
+    if over_cap > 0 {
+        notes.push(format!(
+            "{over_cap} LocalModelNamespaceCache objects ignored past the caps (the newest \
+             past --max-caches-per-namespace or --max-namespace-caches, as serve's defaults)"
+        ));
     }
     Ok(Listed {
         index: build_index(static_index, &objects),

@@ -6,6 +6,7 @@
 //! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of SPEC.md §5 | model URI resolutions, counted per `/mutate` admission that resolved one |
 //! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
 //! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
+//! | `modelgate_cache_skipped_total` | `kind`; `reason` = a [`SkipReason`] | objects left out (or kept with parts left out) when converted, and objects ignored past a cap: one per object each time it is converted or offered (docs/model-cache.md, "Bounds") |
 //!
 //! Lookups are counted where their answer is used: the admission's summary says how its model
 //! URI was resolved ([`Resolved`]), and the server's metrics count it through the
@@ -21,11 +22,17 @@ use prometheus_client::registry::Registry;
 
 use super::CacheIndex;
 use super::cluster::Kind;
-use super::{MissReason, Resolved};
+use super::{MissReason, Resolved, SkipReason};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkipLabels {
+    kind: &'static str,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +68,7 @@ pub struct CacheMetrics {
     lookups: Family<LookupLabels, Counter>,
     synced: Family<KindLabel, Gauge>,
     watch_restarts: Family<KindLabel, Counter>,
+    skipped: Family<SkipLabels, Counter>,
 }
 
 impl Default for CacheMetrics {
@@ -78,12 +86,18 @@ impl CacheMetrics {
             lookups: Family::default(),
             synced: Family::default(),
             watch_restarts: Family::default(),
+            skipped: Family::default(),
         };
         for kind in Kind::ALL {
             let label = KindLabel { kind: kind.name() };
             drop(m.objects.get_or_create(&label));
             drop(m.synced.get_or_create(&label));
             drop(m.watch_restarts.get_or_create(&label));
+            for reason in SkipReason::ALL {
+                if skip_applies(kind, reason) {
+                    m.skipped_counter(kind, reason);
+                }
+            }
         }
         m.lookup_counters();
         m
@@ -113,6 +127,28 @@ impl CacheMetrics {
             "Restarts of the kind's list/watch after an error, and relists",
             self.watch_restarts.clone(),
         );
+        registry.register(
+            "modelgate_cache_skipped",
+            "Objects left out when converted (or kept with parts left out), and objects ignored \
+             past a cap, by kind and reason",
+            self.skipped.clone(),
+        );
+    }
+
+    fn skipped_counter(&self, kind: Kind, reason: SkipReason) -> Counter {
+        self.skipped
+            .get_or_create(&SkipLabels {
+                kind: kind.name(),
+                reason: reason.as_str(),
+            })
+            .clone()
+    }
+
+    /// Counts `n` objects of `kind` left out (or trimmed, or ignored) for `reason`.
+    pub(crate) fn skipped(&self, kind: Kind, reason: SkipReason, n: u64) {
+        if n > 0 {
+            self.skipped_counter(kind, reason).inc_by(n);
+        }
     }
 
     /// The handles that count `modelgate_cache_lookups_total` (the server's metrics keep them).
@@ -154,6 +190,17 @@ impl CacheMetrics {
         self.watch_restarts
             .get_or_create(&KindLabel { kind: kind.name() })
             .inc();
+    }
+}
+
+/// Whether objects of `kind` can be skipped for `reason` (the series that exist from the start).
+fn skip_applies(kind: Kind, reason: SkipReason) -> bool {
+    match reason {
+        SkipReason::Unusable => true,
+        SkipReason::UriTooLong | SkipReason::NodeGroupsTrimmed | SkipReason::NodeStatusTrimmed => {
+            matches!(kind, Kind::Cache | Kind::NamespaceCache)
+        }
+        SkipReason::OverNamespaceCap | SkipReason::OverTotalCap => kind == Kind::NamespaceCache,
     }
 }
 

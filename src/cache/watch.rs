@@ -32,6 +32,11 @@
 //!   A `410 Gone` (watch ERROR event, or HTTP 410 when the watch starts) leads to a fresh list,
 //!   which replaces the kind's objects only once it is complete.
 //! - Once synced, the store stays synced: later errors keep the last known state.
+//! - Objects are bounded when converted, namespace caches past `--max-caches-per-namespace` or
+//!   `--max-namespace-caches` are ignored, and what is left out is counted and logged at a
+//!   bounded rate ([`super::reflect`], docs/model-cache.md, "Bounds"). A deletion that frees a
+//!   place an ignored cache is owed ends the kind's stream, so that the kind is listed again
+//!   (at most once per `cap_relist_interval`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -48,7 +53,8 @@ use tracing::{debug, info, warn};
 
 use super::cluster::{Kind, KindObjects, ObjectKey, Reading, apply_change};
 use super::list::{ClusterCacheError, api, from_metadata, is_not_found};
-use super::reflect::KindRules;
+pub use super::reflect::caps::CacheLimits;
+use super::reflect::{KindRules, KindShared, Prepared, Preparer};
 use super::store::release_freed_memory;
 use super::{CacheIndex, CacheMetrics, CacheStore};
 use crate::reflector::{self, Failure, Watched};
@@ -69,6 +75,28 @@ pub struct ClusterCacheArgs {
     #[arg(long, env = "MODELGATE_CACHE_SYNC_TIMEOUT", default_value = "30s",
           value_parser = parse_sync_timeout)]
     pub cache_sync_timeout: Duration,
+
+    /// The most LocalModelNamespaceCache objects kept per namespace: past it, the newest are
+    /// ignored (counted in modelgate_cache_skipped_total, warned once per namespace).
+    #[arg(long, env = "MODELGATE_MAX_CACHES_PER_NAMESPACE",
+          default_value_t = CacheLimits::DEFAULT_PER_NAMESPACE,
+          value_parser = parse_cap)]
+    pub max_caches_per_namespace: usize,
+
+    /// The most LocalModelNamespaceCache objects kept over all namespaces: past it, the newest
+    /// are ignored (counted, warned once).
+    #[arg(long, env = "MODELGATE_MAX_NAMESPACE_CACHES",
+          default_value_t = CacheLimits::DEFAULT_TOTAL,
+          value_parser = parse_cap)]
+    pub max_namespace_caches: usize,
+}
+
+/// A cap: a whole number from 1 to 10 000 000.
+fn parse_cap(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a whole number from 1 to 10000000")),
+    }
 }
 
 impl ClusterCacheArgs {
@@ -76,7 +104,16 @@ impl ClusterCacheArgs {
         CacheWatchConfig {
             sync_timeout: self.cache_sync_timeout,
             watch_metrics,
+            limits: self.limits(),
             ..CacheWatchConfig::default()
+        }
+    }
+
+    /// The caps on namespace caches the flags set.
+    pub fn limits(&self) -> CacheLimits {
+        CacheLimits {
+            per_namespace: self.max_caches_per_namespace,
+            total: self.max_namespace_caches,
         }
     }
 
@@ -175,6 +212,11 @@ pub struct CacheWatchConfig {
     pub watch_timeout: Option<u32>,
     /// Where each kind's watch says how current it is.
     pub watch_metrics: WatchMetrics,
+    /// The caps on namespace caches (`--max-caches-per-namespace`, `--max-namespace-caches`).
+    pub limits: CacheLimits,
+    /// The shortest time between two relists that look for the namespace caches a deletion
+    /// made room for (objects ignored past a cap are not held, so a list finds them).
+    pub cap_relist_interval: Duration,
 }
 
 impl Default for CacheWatchConfig {
@@ -185,6 +227,8 @@ impl Default for CacheWatchConfig {
             backoff: WatchBackoff::Default,
             watch_timeout: None,
             watch_metrics: WatchMetrics::default(),
+            limits: CacheLimits::default(),
+            cap_relist_interval: Duration::from_secs(30),
         }
     }
 }
@@ -460,12 +504,56 @@ fn kind_stream(
     }
 }
 
+/// `events` converted by a [`Preparer`]: each object once, bounded, capped. The stream ends
+/// (so that the reflector's loop starts a new one, which lists) when the caps ask for a relist.
+fn prepared_stream(
+    events: BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>>,
+    shared: Arc<KindShared>,
+) -> BoxStream<'static, Result<Event<Prepared>, watcher::Error>> {
+    struct State {
+        events: BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>>,
+        preparer: Preparer,
+        ready: std::collections::VecDeque<Event<Prepared>>,
+        shared: Arc<KindShared>,
+    }
+    let state = State {
+        events,
+        preparer: Preparer::new(shared.clone()),
+        ready: Default::default(),
+        shared,
+    };
+    futures::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(event) = s.ready.pop_front() {
+                return Some((Ok(event), s));
+            }
+            let next = match s.preparer.relist_at() {
+                Some(at) => tokio::select! {
+                    next = s.events.next() => next,
+                    () = tokio::time::sleep_until(at.into()) => {
+                        s.shared.relisting();
+                        return None;
+                    }
+                },
+                None => s.events.next().await,
+            };
+            match next {
+                None => return None,
+                Some(Err(e)) => return Some((Err(e), s)),
+                Some(Ok(event)) => s.ready.extend(s.preparer.event(event)),
+            }
+        }
+    })
+    .boxed()
+}
+
 /// One kind's watch, on the shared loop of [`crate::reflector`].
 struct KindWatch {
     kind: Kind,
     client: kube::Client,
     config: watcher::Config,
     shared: Arc<Shared>,
+    kind_shared: Arc<KindShared>,
     metrics: CacheMetrics,
     crd_missing: bool,
     listed: bool,
@@ -478,8 +566,11 @@ impl Watched for KindWatch {
         self.kind.to_string()
     }
 
-    fn stream(&self) -> BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
-        kind_stream(self.kind, self.client.clone(), self.config.clone())
+    fn stream(&self) -> BoxStream<'static, Result<Event<Prepared>, watcher::Error>> {
+        prepared_stream(
+            kind_stream(self.kind, self.client.clone(), self.config.clone()),
+            self.kind_shared.clone(),
+        )
     }
 
     fn objects(&self) -> &Mutex<KindObjects> {
@@ -500,6 +591,10 @@ impl Watched for KindWatch {
         mark_synced(kind, self.shared.kind(kind), &self.metrics);
         // The store may become synced, changed objects or not.
         self.shared.dirty.notify_one();
+        // A list decodes whole pages, and what it skipped (a cache too large to keep, one
+        // past a cap) was freed on this task's thread: hand those pages back, or they stay
+        // resident until the thread allocates as much again, which a watch rarely does.
+        release_freed_memory();
     }
 
     fn changed(&mut self, keys: Vec<ObjectKey>) {
@@ -543,6 +638,19 @@ impl Watched for KindWatch {
     }
 }
 
+/// Objects per list page: kube-runtime's 500, but 25 for namespace caches, which tenants
+/// write and whose size only their CRD bounds. A page is decoded whole, at ~3.5 times its size:
+/// 25 objects of etcd's 1.5 MiB at most (where a CRD without limits lets them be that large)
+/// are a ~130 MiB peak, 100 of 1 MiB were 350 MiB. 50 000 ordinary caches are 2 000 pages.
+fn list_page_size(kind: Kind) -> u32 {
+    match kind {
+        Kind::NamespaceCache => NAMESPACE_CACHE_PAGE,
+        _ => 500,
+    }
+}
+
+const NAMESPACE_CACHE_PAGE: u32 = 25;
+
 /// Watches one kind for as long as the task lives.
 async fn watch_kind(
     kind: Kind,
@@ -551,14 +659,22 @@ async fn watch_kind(
     metrics: CacheMetrics,
     config: CacheWatchConfig,
 ) {
+    let kind_shared = Arc::new(KindShared::new(
+        kind,
+        metrics.clone(),
+        config.limits,
+        config.cap_relist_interval,
+    ));
     let watched = KindWatch {
         kind,
         client,
         config: watcher::Config {
             timeout: config.watch_timeout,
+            page_size: Some(list_page_size(kind)),
             ..watcher::Config::default()
         },
         shared,
+        kind_shared,
         metrics,
         crd_missing: false,
         listed: false,
@@ -607,6 +723,35 @@ mod tests {
         );
         let e = Cli::try_parse_from(["x", "--cache-sync-timeout", "soon"]).unwrap_err();
         assert!(e.to_string().contains("not a duration"), "{e}");
+        // The caps (their environment variables are tested through `serve`:
+        // tests/cache_tenancy.rs).
+        assert_eq!(cli.args.limits(), CacheLimits::default());
+        assert_eq!(
+            (
+                CacheLimits::default().per_namespace,
+                CacheLimits::default().total
+            ),
+            (1_000, 20_000)
+        );
+        let cli = Cli::try_parse_from([
+            "x",
+            "--max-caches-per-namespace",
+            "5",
+            "--max-namespace-caches=8",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.args.watch_config(WatchMetrics::default()).limits,
+            CacheLimits {
+                per_namespace: 5,
+                total: 8
+            }
+        );
+        for bad in ["0", "-1", "x", "10000001"] {
+            let flag = format!("--max-namespace-caches={bad}");
+            let e = Cli::try_parse_from(["x", flag.as_str()]).unwrap_err();
+            assert!(e.to_string().contains("whole number"), "{bad}: {e}");
+        }
         // The environment, as the manifests set it. No other test reads these two variables.
         for (value, expected) in [("true", true), ("1", true), ("false", false), ("0", false)] {
             unsafe { std::env::set_var("MODELGATE_NO_CLUSTER", value) };

@@ -277,6 +277,50 @@ impl FakeApiServer {
         rv
     }
 
+    /// [`FakeApiServer::apply`] of every object, under one lock (a burst of thousands, as a
+    /// controller or a script creates them). Each is one event with its own resourceVersion.
+    #[allow(dead_code)]
+    pub fn apply_all(&self, plural: &str, objects: impl IntoIterator<Item = Value>) {
+        let mut inner = self.lock();
+        for mut object in objects {
+            inner.revision += 1;
+            let rv = inner.revision;
+            let r = inner.resources.get_mut(plural).unwrap();
+            assert!(r.installed, "{plural}: CRD not installed");
+            object["apiVersion"] = json!(r.api_version);
+            object["kind"] = json!(r.kind);
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let key = key_of(&object);
+            let kind = if r.objects.insert(key, object.clone()).is_some() {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            r.history.push((rv, kind, object.clone()));
+            inner.broadcast(plural, kind, &object);
+        }
+    }
+
+    /// [`FakeApiServer::delete`] of every `(namespace, name)`, under one lock.
+    #[allow(dead_code)]
+    pub fn delete_all<'a>(
+        &self,
+        plural: &str,
+        keys: impl IntoIterator<Item = (Option<&'a str>, &'a str)>,
+    ) {
+        let mut inner = self.lock();
+        for (namespace, name) in keys {
+            inner.revision += 1;
+            let rv = inner.revision;
+            let r = inner.resources.get_mut(plural).unwrap();
+            let key = (namespace.unwrap_or("").to_string(), name.to_string());
+            let mut object = r.objects.remove(&key).expect("no such object");
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            r.history.push((rv, "DELETED", object.clone()));
+            inner.broadcast(plural, "DELETED", &object);
+        }
+    }
+
     pub fn delete(&self, plural: &str, namespace: Option<&str>, name: &str) {
         let mut inner = self.lock();
         inner.revision += 1;

@@ -14,13 +14,14 @@ use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, PersistentVolumeClaim};
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use serde::de::DeserializeOwned;
 
-use super::index::PvcState;
+use super::bounds::{MAX_NAME_LEN, MAX_REASON_LEN, bound_node_groups, clip};
+use super::index::{CacheStatus, MAX_MODEL_URI_LEN, PvcState, trim_uri};
 use super::objects::{
     LocalModelCacheSpec, LocalModelCacheStatus, LocalModelNamespaceCacheSpec,
     LocalModelNodeGroupSpec, pvc_state,
 };
 use super::{
-    CacheEntry, CacheIndex, CacheScope, LocalModelCache, LocalModelNamespaceCache,
+    CacheEntry, CacheIndex, CacheScope, CacheStorage, LocalModelCache, LocalModelNamespaceCache,
     LocalModelNodeGroup, node_group_terms,
 };
 
@@ -178,67 +179,199 @@ pub fn describe(kind: Kind, key: &ObjectKey) -> String {
     }
 }
 
-fn spec<T: DeserializeOwned>(obj: &mut DynamicObject) -> Result<T, String> {
+/// Why an object, or part of one, is left out: the `reason` label of
+/// `modelgate_cache_skipped_total` (docs/model-cache.md, "Bounds").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// Left out: `spec.sourceModelUri` is longer than the lookup limit
+    /// ([`MAX_MODEL_URI_LEN`]), so no model URI that is looked up can match it.
+    UriTooLong,
+    /// Left out: it cannot be used (does not decode, lacks a field routing needs, names
+    /// nothing that can exist).
+    Unusable,
+    /// Kept without some of its node groups: duplicates, those past
+    /// [`MAX_NODE_GROUPS`](super::bounds::MAX_NODE_GROUPS), names too long for an object.
+    NodeGroupsTrimmed,
+    /// Kept without some `status.nodeStatus` entries: names too long for a Node,
+    /// `NodeDownloaded` entries past [`MAX_DOWNLOADED_NODES`](super::bounds::MAX_DOWNLOADED_NODES).
+    NodeStatusTrimmed,
+    /// Ignored: its namespace holds as many older caches as its cap allows (`serve`'s
+    /// `--max-caches-per-namespace`).
+    OverNamespaceCap,
+    /// Ignored: the namespace caches of all namespaces reached their cap
+    /// (`--max-namespace-caches`).
+    OverTotalCap,
+}
+
+impl SkipReason {
+    pub const ALL: [SkipReason; 6] = [
+        SkipReason::UriTooLong,
+        SkipReason::Unusable,
+        SkipReason::NodeGroupsTrimmed,
+        SkipReason::NodeStatusTrimmed,
+        SkipReason::OverNamespaceCap,
+        SkipReason::OverTotalCap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::UriTooLong => "uri-too-long",
+            SkipReason::Unusable => "unusable",
+            SkipReason::NodeGroupsTrimmed => "node-groups-trimmed",
+            SkipReason::NodeStatusTrimmed => "node-status-trimmed",
+            SkipReason::OverNamespaceCap => "over-namespace-cap",
+            SkipReason::OverTotalCap => "over-total-cap",
+        }
+    }
+}
+
+/// An object left out at conversion: why, for the metric and for the log (at most
+/// [`MAX_REASON_LEN`] bytes: a decoding error may quote the object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    pub reason: SkipReason,
+    pub why: String,
+}
+
+impl Rejected {
+    fn unusable(why: impl AsRef<str>) -> Self {
+        Rejected {
+            reason: SkipReason::Unusable,
+            why: clip(why.as_ref(), MAX_REASON_LEN),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+impl From<&str> for Rejected {
+    fn from(why: &str) -> Self {
+        Rejected::unusable(why)
+    }
+}
+
+/// What a conversion left out of an object it kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Node groups left out of `spec.nodeGroups`.
+    pub node_groups: usize,
+    /// Entries left out of `status.nodeStatus` that routing could have used.
+    pub node_status: usize,
+}
+
+fn spec<T: DeserializeOwned>(obj: &mut DynamicObject) -> Result<T, Rejected> {
     let spec = obj
         .data
         .get_mut("spec")
         .map(std::mem::take)
         .ok_or("has no spec")?;
-    serde_json::from_value(spec).map_err(|e| format!("spec does not decode: {e}"))
+    serde_json::from_value(spec)
+        .map_err(|e| Rejected::unusable(format!("spec does not decode: {e}")))
 }
 
-fn status(obj: &mut DynamicObject) -> Result<Option<LocalModelCacheStatus>, String> {
+fn status(obj: &mut DynamicObject) -> Result<Option<LocalModelCacheStatus>, Rejected> {
     match obj.data.get_mut("status").map(std::mem::take) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(status) => serde_json::from_value(status)
             .map(Some)
-            .map_err(|e| format!("status does not decode: {e}")),
+            .map_err(|e| Rejected::unusable(format!("status does not decode: {e}"))),
+    }
+}
+
+/// A cache's status as the index keeps it, and how many entries routing could use were left
+/// out.
+fn cache_status(status: Option<LocalModelCacheStatus>) -> (CacheStatus, usize) {
+    match status {
+        None => (CacheStatus::default(), 0),
+        Some(s) => s.to_index_bounded(),
     }
 }
 
 /// Converts an object of `kind` into what the index keeps; the error says why it is unusable.
-pub fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, String> {
+pub fn convert(kind: Kind, obj: DynamicObject) -> Result<Converted, Rejected> {
+    convert_bounded(kind, obj).map(|(converted, _)| converted)
+}
+
+/// [`convert`], with what was left out of a kept object. Every part of a cache that the index
+/// keeps is bounded here (docs/model-cache.md, "Bounds"): a `sourceModelUri` longer than the
+/// lookup limit rejects the object (it is never stored), node groups are deduplicated and
+/// capped, `status.nodeStatus` is capped, a `pvcRef` that no PVC can have rejects it.
+pub fn convert_bounded(
+    kind: Kind,
+    mut obj: DynamicObject,
+) -> Result<(Converted, Trimmed), Rejected> {
     if obj.metadata.name.as_deref().unwrap_or("").is_empty() {
         return Err("has no metadata.name".into());
     }
     let metadata = std::mem::take(&mut obj.metadata);
     let name = |m: ObjectMeta| m.name.unwrap_or_default();
+    let mut trimmed = Trimmed::default();
     let entry = match kind {
         Kind::Cache => {
             let spec: LocalModelCacheSpec = spec(&mut obj)?;
-            let status = status(&mut obj)?;
-            CacheEntry::from(&LocalModelCache {
-                metadata,
-                spec,
+            check_uri(&spec.source_model_uri)?;
+            let (groups, dropped) = bound_node_groups(spec.node_groups);
+            let (status, status_dropped) = cache_status(status(&mut obj)?);
+            trimmed = Trimmed {
+                node_groups: dropped,
+                node_status: status_dropped,
+            };
+            CacheEntry::from_parts(
+                CacheScope::Cluster,
+                name(metadata),
+                spec.source_model_uri,
+                CacheStorage::NodeGroups(groups),
                 status,
-            })
+            )
         }
         Kind::NamespaceCache => {
-            if metadata.namespace.as_deref().unwrap_or("").is_empty() {
+            let Some(namespace) = metadata.namespace.clone().filter(|ns| !ns.is_empty()) else {
                 return Err("has no metadata.namespace".into());
-            }
+            };
             let spec: LocalModelNamespaceCacheSpec = spec(&mut obj)?;
-            match (&spec.pvc_ref, spec.node_groups.is_empty()) {
+            check_uri(&spec.source_model_uri)?;
+            let storage = match (spec.pvc_ref, spec.node_groups.is_empty()) {
                 (Some(_), false) => {
                     return Err("sets both spec.pvcRef and spec.nodeGroups (exactly one)".into());
                 }
                 (Some(p), true) if p.is_empty() => return Err("spec.pvcRef is empty".into()),
-                _ => {}
-            }
-            let status = status(&mut obj)?;
-            CacheEntry::from(&LocalModelNamespaceCache {
-                metadata,
-                spec,
+                (Some(p), true) if p.len() > MAX_NAME_LEN => {
+                    return Err(Rejected::unusable(format!(
+                        "spec.pvcRef has {} bytes, more than {MAX_NAME_LEN}: no PVC has that name",
+                        p.len()
+                    )));
+                }
+                (Some(p), true) => CacheStorage::PvcRef(p),
+                (None, _) => {
+                    let (groups, dropped) = bound_node_groups(spec.node_groups);
+                    trimmed.node_groups = dropped;
+                    CacheStorage::NodeGroups(groups)
+                }
+            };
+            let (status, status_dropped) = cache_status(status(&mut obj)?);
+            trimmed.node_status = status_dropped;
+            CacheEntry::from_parts(
+                CacheScope::Namespace(namespace),
+                name(metadata),
+                spec.source_model_uri,
+                storage,
                 status,
-            })
+            )
         }
         Kind::NodeGroup => {
             let spec: LocalModelNodeGroupSpec = spec(&mut obj)?;
             let group = LocalModelNodeGroup { metadata, spec };
-            return Ok(Converted::NodeGroup {
-                terms: node_group_terms(&group),
-                name: name(group.metadata),
-            });
+            return Ok((
+                Converted::NodeGroup {
+                    terms: node_group_terms(&group),
+                    name: name(group.metadata),
+                },
+                trimmed,
+            ));
         }
         Kind::Pvc => {
             if metadata.namespace.as_deref().unwrap_or("").is_empty() {
@@ -246,23 +379,46 @@ pub fn convert(kind: Kind, mut obj: DynamicObject) -> Result<Converted, String> 
             }
             let phase = obj.data.pointer("/status/phase").and_then(|p| p.as_str());
             let state = pvc_state(&metadata, phase);
-            return Ok(Converted::Pvc {
-                namespace: metadata.namespace.clone().unwrap_or_default().into(),
-                state,
-                name: name(metadata).into(),
-            });
+            return Ok((
+                Converted::Pvc {
+                    namespace: metadata.namespace.clone().unwrap_or_default().into(),
+                    state,
+                    name: name(metadata).into(),
+                },
+                trimmed,
+            ));
         }
         Kind::Node => {
-            return Ok(Converted::Node {
-                labels: metadata.labels.clone().unwrap_or_default(),
-                name: name(metadata).into(),
-            });
+            return Ok((
+                Converted::Node {
+                    labels: metadata.labels.clone().unwrap_or_default(),
+                    name: name(metadata).into(),
+                },
+                trimmed,
+            ));
         }
     };
-    if entry.source_model_uri.is_empty() {
+    Ok((Converted::Cache(Arc::new(entry)), trimmed))
+}
+
+/// A cache's `sourceModelUri` is not empty and can match a model URI that is looked up: one
+/// trailing `/` aside, it is no longer than [`MAX_MODEL_URI_LEN`] (the model URI must continue
+/// it, and a longer model URI is never looked up). Checked before anything is built from it.
+fn check_uri(uri: &str) -> Result<(), Rejected> {
+    if uri.is_empty() {
         return Err("spec.sourceModelUri is empty".into());
     }
-    Ok(Converted::Cache(Arc::new(entry)))
+    if trim_uri(uri).len() > MAX_MODEL_URI_LEN {
+        return Err(Rejected {
+            reason: SkipReason::UriTooLong,
+            why: format!(
+                "spec.sourceModelUri has {} bytes, more than {MAX_MODEL_URI_LEN}: no model URI \
+                 that is looked up can match it",
+                uri.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The index to publish: the cluster's objects, then the `--caches` objects, which replace a
@@ -515,8 +671,103 @@ mod tests {
             ),
         ] {
             let e = convert(kind, dynamic(obj)).unwrap_err();
-            assert!(e.contains(why), "{e}");
+            assert!(e.why.contains(why), "{e}");
+            assert_eq!(e.reason, SkipReason::Unusable);
         }
+    }
+
+    #[test]
+    fn objects_are_bounded_at_conversion_and_what_is_left_out_is_said() {
+        let cache = |spec: serde_json::Value, status: serde_json::Value| {
+            convert_bounded(
+                Kind::NamespaceCache,
+                dynamic(json!({"metadata": {"name": "m", "namespace": "team-a"},
+                               "spec": spec, "status": status})),
+            )
+        };
+        // A URI no looked-up model URI can match is never stored: the object is rejected.
+        let limit = MAX_MODEL_URI_LEN;
+        let long = format!("hf://{}", "x".repeat(limit));
+        let e = cache(
+            json!({"sourceModelUri": long, "nodeGroups": ["g"]}),
+            json!(null),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, SkipReason::UriTooLong);
+        assert!(e.why.len() < 200, "{e}");
+        let megabyte = format!("hf://{}", "x".repeat(1 << 20));
+        let e = convert(
+            Kind::Cache,
+            dynamic(json!({"metadata": {"name": "m"}, "spec": {"sourceModelUri": megabyte}})),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, SkipReason::UriTooLong);
+        // At the limit (one trailing slash aside) it is kept.
+        let at_limit = format!("hf://{}/", "x".repeat(limit - 5));
+        let (c, trimmed) = cache(
+            json!({"sourceModelUri": at_limit, "nodeGroups": ["g"]}),
+            json!(null),
+        )
+        .unwrap();
+        assert_eq!(trimmed, Trimmed::default());
+        let Converted::Cache(entry) = c else { panic!() };
+        assert_eq!(&*entry.source_model_uri, at_limit);
+
+        // nodeGroups deduplicated and capped; the count of what was dropped.
+        let groups: Vec<String> = std::iter::repeat_n("gpu".to_string(), 150_000)
+            .chain((0..20).map(|i| format!("g{i}")))
+            .collect();
+        let (c, trimmed) = cache(
+            json!({"sourceModelUri": "hf://m", "nodeGroups": groups}),
+            json!(null),
+        )
+        .unwrap();
+        let Converted::Cache(entry) = c else { panic!() };
+        assert_eq!(entry.node_groups().len(), crate::cache::MAX_NODE_GROUPS);
+        assert_eq!(entry.node_groups()[0], "gpu");
+        assert_eq!(trimmed.node_groups, 150_020 - crate::cache::MAX_NODE_GROUPS);
+
+        // nodeStatus: a name no Node can have is left out, and counted.
+        let status =
+            json!({"nodeStatus": {"n1": "NodeDownloaded", "n".repeat(300): "NodeDownloaded"}});
+        let (_, trimmed) = cache(
+            json!({"sourceModelUri": "hf://m", "nodeGroups": ["g"]}),
+            status,
+        )
+        .unwrap();
+        assert_eq!(trimmed.node_status, 1);
+
+        // A pvcRef no PVC can have is unusable; a decoding error quoting a megabyte is clipped.
+        let e = cache(
+            json!({"sourceModelUri": "hf://m", "pvcRef": "p".repeat(254)}),
+            json!(null),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, SkipReason::Unusable);
+        assert!(e.why.contains("no PVC has that name"), "{e}");
+        let e = cache(
+            json!({"sourceModelUri": "hf://m", "nodeGroups": "x".repeat(1 << 20)}),
+            json!(null),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, SkipReason::Unusable);
+        assert!(
+            e.why.len() <= crate::cache::bounds::MAX_REASON_LEN,
+            "{}",
+            e.why.len()
+        );
+        assert!(e.why.starts_with("spec does not decode"), "{e}");
+        assert_eq!(
+            SkipReason::ALL.map(SkipReason::as_str),
+            [
+                "uri-too-long",
+                "unusable",
+                "node-groups-trimmed",
+                "node-status-trimmed",
+                "over-namespace-cap",
+                "over-total-cap"
+            ]
+        );
     }
 
     #[test]

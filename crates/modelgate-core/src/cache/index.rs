@@ -25,6 +25,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
+use rpds::RedBlackTreeMapSync;
+
+use super::bounds::{
+    BoundedText, MAX_DOWNLOADED_NODES, MAX_MISSING_LEN, MAX_NAME_LEN, NODE_STATUS_NOTES, clip,
+};
 use super::pmap::PMap;
 use crate::config::CacheLayout;
 
@@ -80,10 +85,14 @@ impl From<&str> for NodeState {
             "NodeDownloading" | "NodeDownloadPending" => NodeState::Downloading,
             "NodeDownloadError" => NodeState::DownloadError,
             "NodeNotReady" => NodeState::NotReady,
-            other => NodeState::Other(other.into()),
+            // Kept for messages only: as much as a message shows.
+            other => NodeState::Other(clip(other, MAX_STATE_LEN).into()),
         }
     }
 }
+
+/// The longest unknown `status.nodeStatus` value kept (for messages).
+const MAX_STATE_LEN: usize = 64;
 
 /// What the cache's `status` says about the model's download.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -104,16 +113,48 @@ impl CacheStatus {
         node_status: impl IntoIterator<Item = (&'a str, &'a str)>,
         import_ready: bool,
     ) -> Self {
-        let mut entries: Vec<(Box<str>, NodeState)> = node_status
+        Self::bounded(node_status, import_ready).0
+    }
+
+    /// [`CacheStatus::new`], and how many entries that routing could use were left out: a node
+    /// name longer than [`MAX_NAME_LEN`] (no Node has it), `NodeDownloaded` entries past
+    /// [`MAX_DOWNLOADED_NODES`]. Of the other states only those among the first entries, which
+    /// a `not-downloaded` message names, are kept (not counted: they change no decision).
+    pub fn bounded<'a>(
+        node_status: impl IntoIterator<Item = (&'a str, &'a str)>,
+        import_ready: bool,
+    ) -> (Self, usize) {
+        let mut dropped = 0;
+        let mut entries: Vec<(&str, &str)> = node_status
             .into_iter()
-            .map(|(n, s)| (Box::from(n), NodeState::from(s)))
+            .filter(|(n, _)| {
+                let fits = n.len() <= MAX_NAME_LEN;
+                dropped += usize::from(!fits);
+                fits
+            })
             .collect();
         crate::keyed::sort_keeping_last(&mut entries);
-        CacheStatus {
-            node_status: entries.into_boxed_slice(),
+        let mut downloaded = 0;
+        let kept: Vec<(Box<str>, NodeState)> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, (_, state))| {
+                if *state != NodeState::Downloaded.as_str() {
+                    return *i <= NODE_STATUS_NOTES;
+                }
+                downloaded += 1;
+                let fits = downloaded <= MAX_DOWNLOADED_NODES;
+                dropped += usize::from(!fits);
+                fits
+            })
+            .map(|(_, (n, s))| (Box::from(n), NodeState::from(s)))
+            .collect();
+        let status = CacheStatus {
+            node_status: kept.into_boxed_slice(),
             import_ready,
             reported: true,
-        }
+        };
+        (status, dropped)
     }
 
     /// Sets one node's state.
@@ -144,8 +185,9 @@ impl CacheStatus {
 pub struct CacheEntry {
     pub scope: CacheScope,
     pub name: String,
-    /// `spec.sourceModelUri` exactly as written (the storage key hashes this).
-    pub source_model_uri: String,
+    /// `spec.sourceModelUri` exactly as written (the storage key hashes this). Shared with the
+    /// index's key for the caches of this URI: stored once.
+    pub source_model_uri: Arc<str>,
     /// [`storage_key`] of `source_model_uri`, computed once when the entry is made.
     pub storage_key: String,
     pub storage: CacheStorage,
@@ -173,11 +215,18 @@ impl CacheEntry {
             ),
             CacheScope::Cluster => (format!("cluster/{name}"), format!("LocalModelCache {name}")),
         };
+        // Bounded here too, so that no path builds an entry a decision pays more for.
+        let storage = match storage {
+            CacheStorage::NodeGroups(groups) => {
+                CacheStorage::NodeGroups(super::bounds::bound_node_groups(groups).0)
+            }
+            pvc => pvc,
+        };
         CacheEntry {
             storage_key: storage_key(&source_model_uri),
             scope,
             name,
-            source_model_uri,
+            source_model_uri: source_model_uri.into(),
             storage,
             status,
             reference_len: reference.len(),
@@ -582,13 +631,95 @@ pub fn storage_key(source_model_uri: &str) -> String {
         .collect()
 }
 
+/// A cache URI as a key of [`Scope::by_uri`]: the entry's own `sourceModelUri` (shared, not
+/// copied), compared and hashed without its one trailing `/`, as matching requires.
+#[derive(Clone, Debug)]
+struct UriKey(Arc<str>);
+
+impl UriKey {
+    fn trimmed(&self) -> &str {
+        trim_uri(&self.0)
+    }
+}
+
+impl PartialEq for UriKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.trimmed() == other.trimmed()
+    }
+}
+
+impl Eq for UriKey {}
+
+impl std::hash::Hash for UriKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As the `str` it borrows as, so that a probe by `&str` finds it.
+        self.trimmed().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for UriKey {
+    fn borrow(&self) -> &str {
+        self.trimmed()
+    }
+}
+
+/// The caches of one scope that have one URI. Nearly always one, kept as it is; several are a
+/// persistent map by name (the smallest name wins), so that adding or removing one of
+/// thousands copies a path of that map, not the list.
+#[derive(Clone, Debug, PartialEq)]
+enum SameUri {
+    One(Arc<CacheEntry>),
+    Many(RedBlackTreeMapSync<Arc<str>, Arc<CacheEntry>>),
+}
+
+impl SameUri {
+    fn first(&self) -> Option<&Arc<CacheEntry>> {
+        match self {
+            SameUri::One(e) => Some(e),
+            SameUri::Many(m) => m.first().map(|(_, e)| e),
+        }
+    }
+
+    fn insert(&mut self, entry: Arc<CacheEntry>) {
+        match self {
+            SameUri::One(e) if e.name == entry.name => *e = entry,
+            SameUri::One(e) => {
+                let mut m = RedBlackTreeMapSync::new_sync();
+                m.insert_mut(Arc::from(e.name.as_str()), e.clone());
+                m.insert_mut(Arc::from(entry.name.as_str()), entry);
+                *self = SameUri::Many(m);
+            }
+            SameUri::Many(m) => m.insert_mut(Arc::from(entry.name.as_str()), entry),
+        }
+    }
+
+    /// Takes the cache of that name out; whether none is left.
+    fn remove(&mut self, name: &str) -> bool {
+        match self {
+            SameUri::One(e) => e.name == name,
+            SameUri::Many(m) => {
+                m.remove_mut(name);
+                match m.size() {
+                    0 => true,
+                    1 => {
+                        let last = m.first().map(|(_, e)| e.clone()).expect("one left");
+                        *self = SameUri::One(last);
+                        false
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
 /// Caches of one scope (one namespace, or the cluster).
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Scope {
-    /// trimmed source URI → caches with that URI, sorted by name (nearly always one: a shared
-    /// slice, since a map per URI would cost more than the entry at 100 000 caches, and a
-    /// slice is cloned by reference when a change copies the trie node it sits in).
-    by_uri: PMap<Arc<str>, Arc<[Arc<CacheEntry>]>>,
+    /// trimmed source URI → the caches with that URI. Each change is an upsert or removal in
+    /// this map and in the URI's own map: its cost does not grow with the number of caches that
+    /// share the URI.
+    by_uri: PMap<UriKey, SameUri>,
     /// name → entry, to find the old entry on update and delete.
     by_name: PMap<Arc<str>, Arc<CacheEntry>>,
     /// length of a key of `by_uri` → how many keys have it: the only prefix lengths of a model
@@ -602,16 +733,14 @@ impl Scope {
         self.by_name
             .insert(entry.name.as_str().into(), entry.clone());
         let uri = trim_uri(&entry.source_model_uri);
-        let mut set = match self.by_uri.get(uri) {
-            Some(set) => set.to_vec(),
+        match self.by_uri.get_mut(uri) {
+            Some(same) => same.insert(entry),
             None => {
                 *self.uri_lengths.get_or_insert_with(uri.len(), || 0) += 1;
-                Vec::new()
+                let key = UriKey(entry.source_model_uri.clone());
+                self.by_uri.insert(key, SameUri::One(entry));
             }
-        };
-        let at = set.partition_point(|e| e.name < entry.name);
-        set.insert(at, entry.clone());
-        self.by_uri.insert(uri.into(), set.into());
+        }
     }
 
     fn remove(&mut self, name: &str) -> bool {
@@ -619,18 +748,17 @@ impl Scope {
             return false;
         };
         let key = trim_uri(&old.source_model_uri);
-        if let Some(set) = self.by_uri.get(key) {
-            let rest: Vec<_> = set.iter().filter(|e| e.name != name).cloned().collect();
-            if rest.is_empty() {
-                self.by_uri.remove(key);
-                let left = self.uri_lengths.get(&key.len()).map_or(0, |n| n - 1);
-                if left == 0 {
-                    self.uri_lengths.remove(&key.len());
-                } else {
-                    self.uri_lengths.insert(key.len(), left);
-                }
+        let emptied = self
+            .by_uri
+            .get_mut(key)
+            .is_some_and(|same| same.remove(name));
+        if emptied {
+            self.by_uri.remove(key);
+            let left = self.uri_lengths.get(&key.len()).map_or(0, |n| n - 1);
+            if left == 0 {
+                self.uri_lengths.remove(&key.len());
             } else {
-                self.by_uri.insert(key.into(), rest.into());
+                self.uri_lengths.insert(key.len(), left);
             }
         }
         true
@@ -655,7 +783,7 @@ impl Scope {
                 tests::URI_PROBES.with(|n| n.set(n.get() + 1));
                 self.by_uri.get(prefix)
             })
-            .and_then(|set| set.first())
+            .and_then(SameUri::first)
     }
 }
 
@@ -1094,48 +1222,90 @@ impl CacheIndex {
     }
 
     /// The requested group (it must be listed and fit), else the first listed group that has a
-    /// node fitting the pod's nodeSelector.
+    /// node fitting the pod's nodeSelector. Costs a probe per listed group (at most
+    /// [`MAX_NODE_GROUPS`](super::bounds::MAX_NODE_GROUPS) of them are kept) and one per
+    /// selector pair for each group that exists; the explanation of a mismatch is written as
+    /// the groups are tried and stops growing at [`MAX_MISSING_LEN`], the pod's nodeSelector
+    /// in it once.
     fn choose_group<'a>(
         &'a self,
         listed: &'a [String],
         requested: Option<&'a str>,
         selector: Selector,
     ) -> Result<(&'a str, &'a NodeGroup), String> {
-        let fits = |name: &str| -> Result<&NodeGroup, String> {
-            let group = self
-                .node_groups
-                .get(name)
-                .ok_or_else(|| format!("LocalModelNodeGroup {name} does not exist"))?;
-            // Without a nodeSelector the group's own check (a downloaded node) decides.
-            if selector.is_empty() || group.fits_selector(selector, &self.nodes) {
-                Ok(group)
-            } else {
-                Err(format!(
-                    "no Node of LocalModelNodeGroup {name} matches the pod's nodeSelector {}",
-                    render_selector(selector)
-                ))
-            }
-        };
         if let Some(name) = requested {
             if !listed.iter().any(|g| g == name) {
-                return Err(format!(
-                    "it does not list the requested node group {name} (nodeGroups: {})",
-                    listed.join(", ")
+                let mut why = BoundedText::new(MAX_MISSING_LEN);
+                why.push_fmt(format_args!(
+                    "it does not list the requested node group {name} (nodeGroups: "
                 ));
+                push_list(&mut why, listed.iter().map(String::as_str));
+                why.push(")");
+                return Err(why.into_string());
             }
-            return fits(name).map(|g| (name, g));
+            return match self.node_groups.get(name) {
+                None => Err(clip(
+                    &format!("LocalModelNodeGroup {name} does not exist"),
+                    MAX_MISSING_LEN,
+                )),
+                Some(g) if selector.is_empty() || g.fits_selector(selector, &self.nodes) => {
+                    Ok((name, g))
+                }
+                Some(_) => {
+                    let mut why = BoundedText::new(MAX_MISSING_LEN);
+                    why.push_fmt(format_args!(
+                        "no Node of LocalModelNodeGroup {name} matches the pod's nodeSelector "
+                    ));
+                    push_selector(&mut why, selector);
+                    Err(why.into_string())
+                }
+            };
         }
-        let mut reasons = Vec::new();
-        for name in listed {
-            match fits(name) {
-                Ok(g) => return Ok((name, g)),
-                Err(why) => reasons.push(why),
-            }
-        }
-        if reasons.is_empty() {
+        if listed.is_empty() {
             return Err("it lists no node group".into());
         }
-        Err(reasons.join("; "))
+        // Without a nodeSelector the group's own check (a downloaded node) decides.
+        let mut missing = BoundedText::new(MAX_MISSING_LEN);
+        let mut unfit = BoundedText::new(MAX_MISSING_LEN);
+        let mut unfit_count = 0;
+        for name in listed {
+            match self.node_groups.get(name.as_str()) {
+                None => {
+                    if !missing.is_empty() {
+                        missing.push("; ");
+                    }
+                    missing.push_fmt(format_args!("LocalModelNodeGroup {name} does not exist"));
+                }
+                Some(g) if selector.is_empty() || g.fits_selector(selector, &self.nodes) => {
+                    return Ok((name, g));
+                }
+                Some(_) => {
+                    unfit.push(if unfit_count == 0 { "" } else { ", " });
+                    unfit.push(name);
+                    unfit_count += 1;
+                }
+            }
+        }
+        // One sentence for the groups that exist (the selector written once), after those that
+        // do not.
+        let mut why = BoundedText::new(MAX_MISSING_LEN);
+        why.push(&missing.into_string());
+        let unfit = unfit.into_string();
+        if !unfit.is_empty() {
+            if !why.is_empty() {
+                why.push("; ");
+            }
+            let groups = if unfit_count == 1 {
+                "LocalModelNodeGroup"
+            } else {
+                "LocalModelNodeGroups"
+            };
+            why.push_fmt(format_args!(
+                "no Node of {groups} {unfit} matches the pod's nodeSelector "
+            ));
+            push_selector(&mut why, selector);
+        }
+        Err(why.into_string())
     }
 
     /// The PVC exists in `namespace`, is not being deleted and is not `Lost`.
@@ -1149,52 +1319,89 @@ impl CacheIndex {
     }
 
     fn why_not_downloaded(&self, cache: &CacheEntry, group: &str, selector: Selector) -> String {
+        let mut why = BoundedText::new(MAX_MISSING_LEN);
+        why.push_fmt(format_args!(
+            "no node of group {group} has NodeDownloaded ("
+        ));
         if !cache.status.reported {
-            return format!(
-                "no node of group {group} has NodeDownloaded ({} has no status.nodeStatus)",
+            why.push_fmt(format_args!(
+                "{} has no status.nodeStatus)",
                 cache.describe()
-            );
+            ));
+            return why.into_string();
         }
-        let mut notes = Vec::new();
+        let mut notes = 0;
         for (node, state) in cache.status.nodes() {
-            let note = if *state != NodeState::Downloaded {
-                format!("{node} {}", state.as_str())
+            if notes == NODE_STATUS_NOTES {
+                why.push(", …");
+                break;
+            }
+            if notes > 0 {
+                why.push(", ");
+            }
+            notes += 1;
+            if *state != NodeState::Downloaded {
+                why.push_fmt(format_args!("{node} {}", state.as_str()));
             } else if !self.nodes.contains_key(node) {
-                format!("{node} NodeDownloaded but Node {node} does not exist")
+                why.push_fmt(format_args!(
+                    "{node} NodeDownloaded but Node {node} does not exist"
+                ));
             } else if !self
                 .node_groups
                 .get(group)
                 .is_some_and(|g| g.members.contains_key(node))
             {
-                format!("{node} NodeDownloaded but not in node group {group}")
+                why.push_fmt(format_args!(
+                    "{node} NodeDownloaded but not in node group {group}"
+                ));
             } else if !self
                 .nodes
                 .get(node)
                 .is_some_and(|l| selector_matches(selector, l))
             {
-                format!("{node} NodeDownloaded but outside the pod's nodeSelector")
+                why.push_fmt(format_args!(
+                    "{node} NodeDownloaded but outside the pod's nodeSelector"
+                ));
             } else {
-                format!("{node} NodeDownloaded but has no {HOSTNAME_LABEL} label to pin the pod to")
-            };
-            notes.push(note);
-            if notes.len() == 5 {
-                notes.push("…".into());
-                break;
+                why.push_fmt(format_args!(
+                    "{node} NodeDownloaded but has no {HOSTNAME_LABEL} label to pin the pod to"
+                ));
             }
         }
-        if notes.is_empty() {
-            notes.push("status.nodeStatus is empty".into());
+        if notes == 0 {
+            why.push("status.nodeStatus is empty");
         }
-        format!(
-            "no node of group {group} has NodeDownloaded ({})",
-            notes.join(", ")
-        )
+        why.push(")");
+        why.into_string()
     }
 }
 
-fn render_selector(selector: Selector) -> String {
-    let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{{{}}}", pairs.join(", "))
+/// `a, b, c` into `out`, within its bound.
+fn push_list<'a>(out: &mut BoundedText, items: impl Iterator<Item = &'a str>) {
+    for (i, item) in items.enumerate() {
+        if out.is_full() {
+            return;
+        }
+        if i > 0 {
+            out.push(", ");
+        }
+        out.push(item);
+    }
+}
+
+/// `{k=v, …}` into `out`, within its bound: a selector of thousands of pairs costs the bound.
+fn push_selector(out: &mut BoundedText, selector: Selector) {
+    out.push("{");
+    for (i, (k, v)) in selector.iter().enumerate() {
+        if out.is_full() {
+            return;
+        }
+        if i > 0 {
+            out.push(", ");
+        }
+        out.push_fmt(format_args!("{k}={v}"));
+    }
+    out.push("}");
 }
 
 #[cfg(test)]

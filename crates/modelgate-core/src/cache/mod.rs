@@ -6,12 +6,14 @@
 //! and cluster objects go through the same conversion ([`cluster::convert`]), so both read the
 //! same fields the same way.
 
+pub mod bounds;
 pub mod cluster;
 pub(crate) mod index;
 pub(crate) mod objects;
 pub(crate) mod pmap;
 
-pub use cluster::Kind;
+pub use bounds::{MAX_DOWNLOADED_NODES, MAX_NAME_LEN, MAX_NODE_GROUPS};
+pub use cluster::{Kind, Rejected, SkipReason, Trimmed};
 pub use index::{
     CacheEntry, CacheIndex, CacheScope, CacheStatus, CacheStorage, HOSTNAME_LABEL, Hit, Lookup,
     LookupRequest, MAX_MODEL_URI_LEN, Miss, MissReason, PinnedTerms, Placement, PvcPhase, PvcState,

@@ -85,12 +85,18 @@ pub struct Condition {
 impl LocalModelCacheStatus {
     /// What the index keeps: the node statuses, and whether a shared-PVC import finished.
     pub fn to_index(&self) -> CacheStatus {
+        self.to_index_bounded().0
+    }
+
+    /// [`to_index`](Self::to_index), and how many node statuses routing could use were left
+    /// out ([`CacheStatus::bounded`]).
+    pub fn to_index_bounded(&self) -> (CacheStatus, usize) {
         let ready = self
             .conditions
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         let available = self.copies.as_ref().is_some_and(|c| c.available >= 1);
-        CacheStatus::new(
+        CacheStatus::bounded(
             self.node_status
                 .iter()
                 .map(|(n, s)| (n.as_str(), s.as_str())),

@@ -830,3 +830,243 @@ fn a_model_uri_with_dot_dot_is_a_miss_without_a_lookup() {
     assert_eq!(MissReason::UriNotNormal.as_str(), "uri-not-normal");
     assert!(MissReason::ALL.contains(&MissReason::UriNotNormal));
 }
+
+// ---------------------------------------------------------------------------------------------
+// What a tenant's objects can cost (docs/model-cache.md, "Bounds"; docs/security.md, "What a
+// namespace can do to the others")
+
+/// A cache of `team-a` that lists `groups`, downloaded on g1 and c1, with its PVCs.
+fn team_a_cache(groups: Vec<String>) -> CacheIndex {
+    let mut idx = cluster();
+    idx.upsert_cache(
+        CacheEntry::from_parts(
+            ns("team-a"),
+            "llama".into(),
+            "hf://org/llama".into(),
+            CacheStorage::NodeGroups(groups),
+            CacheStatus::default(),
+        )
+        .downloaded_on(&["g1", "c1"]),
+    );
+    idx
+}
+
+#[test]
+fn a_node_group_mismatch_costs_its_bound_whatever_the_cache_lists_and_the_pod_selects() {
+    // The finding: nodeGroups ["gpu"] × 150 000 and a nodeSelector of 40 pairs no gpu node
+    // satisfies built one reason per listed group, each with the whole selector (3.6 s).
+    let idx = team_a_cache(vec!["gpu".to_string(); 150_000]);
+    let pairs: Vec<(String, String)> = (0..40)
+        .map(|i| (format!("label-{i:02}"), "x".repeat(60)))
+        .collect();
+    let mut selector: Vec<(&str, &str)> = vec![("node-type", "gpu")];
+    selector.extend(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    selector.sort();
+    let r = LookupRequest {
+        node_selector: Some(&selector),
+        ..req("team-a", "hf://org/llama")
+    };
+    let started = std::time::Instant::now();
+    let m = miss(&idx, &r);
+    let took = started.elapsed();
+    assert_eq!(m.reason, MissReason::NodeGroupMismatch);
+    let missing = m.missing.unwrap();
+    assert!(missing.len() <= super::MAX_MISSING_LEN, "{}", missing.len());
+    assert!(
+        missing.starts_with("no Node of LocalModelNodeGroup gpu matches the pod's nodeSelector {"),
+        "{missing}"
+    );
+    assert!(missing.ends_with('…'), "{missing}");
+    // One probe per group kept and per pair: microseconds, not seconds (a debug build on a
+    // loaded machine: a generous bound).
+    assert!(took < std::time::Duration::from_millis(50), "{took:?}");
+
+    // Groups that do not exist and groups that do not fit: one sentence each, bounded.
+    let mut groups: Vec<String> = (0..200).map(|i| format!("absent-{i}")).collect();
+    groups.extend(["gpu".to_string(), "cpu".to_string()]);
+    let idx = team_a_cache(groups);
+    let zone_c = [("zone", "c")];
+    let r = LookupRequest {
+        node_selector: Some(&zone_c),
+        ..req("team-a", "hf://org/llama")
+    };
+    let missing = miss(&idx, &r).missing.unwrap();
+    assert!(missing.len() <= super::MAX_MISSING_LEN, "{missing}");
+    assert!(
+        missing.starts_with(
+            "LocalModelNodeGroup absent-0 does not exist; LocalModelNodeGroup absent-1"
+        ),
+        "{missing}"
+    );
+    // Two that exist and do not fit, and nothing absent: named together, the selector once.
+    let idx = team_a_cache(vec!["gpu".into(), "cpu".into(), "gpu".into()]);
+    let missing = miss(&idx, &r).missing.unwrap();
+    assert_eq!(
+        missing,
+        "no Node of LocalModelNodeGroups gpu, cpu matches the pod's nodeSelector {zone=c}"
+    );
+    // The requested group not listed: the list is cut at the bound.
+    let many: Vec<String> = (0..MAX_NODE_GROUPS_TEST)
+        .map(|i| "g".repeat(40) + &i.to_string())
+        .collect();
+    let idx = team_a_cache(many);
+    let r = LookupRequest {
+        node_group: Some("tpu"),
+        ..req("team-a", "hf://org/llama")
+    };
+    let missing = miss(&idx, &r).missing.unwrap();
+    assert!(missing.len() <= super::MAX_MISSING_LEN, "{missing}");
+    assert!(missing.starts_with("it does not list the requested node group tpu (nodeGroups: ggg"));
+}
+
+const MAX_NODE_GROUPS_TEST: usize = crate::cache::bounds::MAX_NODE_GROUPS;
+
+#[test]
+fn an_entry_keeps_its_node_groups_deduplicated_and_capped_whoever_builds_it() {
+    let idx = team_a_cache(vec!["cpu".to_string(); 150_000]);
+    let h = hit(&idx, &req("team-a", "hf://org/llama"));
+    assert_eq!(h.cache.node_groups(), ["cpu"]);
+    let groups: Vec<String> = (0..100).map(|i| format!("g{i}")).collect();
+    let e = CacheEntry::from_parts(
+        ns("team-a"),
+        "x".into(),
+        "hf://x".into(),
+        CacheStorage::NodeGroups(groups),
+        CacheStatus::default(),
+    );
+    assert_eq!(e.node_groups().len(), MAX_NODE_GROUPS_TEST);
+    assert_eq!(e.node_groups()[0], "g0");
+}
+
+#[test]
+fn a_status_keeps_what_routing_and_its_message_use_within_bounds() {
+    let names: Vec<String> = (0..12_000).map(|i| format!("n{i:05}")).collect();
+    let long = "n".repeat(super::MAX_NAME_LEN + 1);
+    let entries = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let state = if i % 2 == 0 {
+                "NodeDownloaded"
+            } else {
+                "NodeDownloading"
+            };
+            (n.as_str(), state)
+        })
+        .chain([(long.as_str(), "NodeDownloaded")]);
+    let (s, dropped) = CacheStatus::bounded(entries, false);
+    let downloaded = s
+        .nodes()
+        .filter(|(_, st)| **st == NodeState::Downloaded)
+        .count();
+    assert_eq!(downloaded, super::MAX_DOWNLOADED_NODES);
+    // The long name, and the NodeDownloaded entries past the cap; the other states beyond the
+    // first few are not counted (only a message uses them).
+    assert_eq!(dropped, 1 + 6_000 - super::MAX_DOWNLOADED_NODES);
+    let others: Vec<&str> = s
+        .nodes()
+        .filter(|(_, st)| **st != NodeState::Downloaded)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(others, ["n00001", "n00003", "n00005"]);
+    // An unknown state is kept as far as a message shows it.
+    let odd = "Weird".repeat(1_000);
+    let s = CacheStatus::new([("a", odd.as_str())], false);
+    assert!(s.node("a").unwrap().as_str().len() <= 64);
+}
+
+#[test]
+fn caches_sharing_one_uri_resolve_by_name_and_change_at_the_cost_of_one() {
+    let uri = "hf://org/shared";
+    let add = |idx: &mut CacheIndex, i: usize| {
+        idx.upsert_cache(
+            CacheEntry::new(ns("team-a"), &format!("c{i:06}"), uri, &["gpu"])
+                .downloaded_on(&["g1"]),
+        );
+    };
+    let mut idx = cluster();
+    for i in (0..3_000).rev() {
+        add(&mut idx, i);
+    }
+    for i in 0..3 {
+        idx.upsert_pvc("team-a", format!("c{i:06}-gpu"), BOUND);
+    }
+    let name = |idx: &CacheIndex| match idx.lookup(&req("team-a", uri)) {
+        Lookup::Hit(h) => h.cache.name.clone(),
+        Lookup::Miss(m) => format!("miss {:?}", m.cache.map(|c| c.name.clone())),
+    };
+    assert_eq!(name(&idx), "c000000");
+    let snapshot = idx.clone();
+    assert!(idx.remove_cache(&ns("team-a"), "c000000"));
+    assert_eq!(name(&idx), "c000001");
+    assert_eq!(name(&snapshot), "c000000", "a snapshot does not move");
+    // Down to one, then none: the same index a rebuild gives.
+    for i in 2..3_000 {
+        assert!(idx.remove_cache(&ns("team-a"), &format!("c{i:06}")));
+    }
+    assert_eq!(name(&idx), "c000001");
+    let mut rebuilt = cluster();
+    for i in 0..3 {
+        rebuilt.upsert_pvc("team-a", format!("c{i:06}-gpu"), BOUND);
+    }
+    add(&mut rebuilt, 1);
+    assert!(idx == rebuilt, "one left is kept as one");
+    assert!(idx.remove_cache(&ns("team-a"), "c000001"));
+    assert_eq!(
+        idx.lookup(&req("team-a", uri)).reason(),
+        Some(MissReason::NoMatch)
+    );
+    // The same URI written with a trailing slash is the same key.
+    idx.upsert_cache(CacheEntry::new(
+        ns("team-a"),
+        "b",
+        "hf://org/shared/",
+        &["gpu"],
+    ));
+    idx.upsert_cache(CacheEntry::new(
+        ns("team-a"),
+        "a",
+        "hf://org/shared",
+        &["gpu"],
+    ));
+    assert_eq!(
+        miss(&idx, &req("team-a", uri)).cache.unwrap().name,
+        "a",
+        "the smallest name of both spellings"
+    );
+
+    // Adding k caches of one URI costs O(k log k), not O(k²): four times the caches take about
+    // four times as long (a copied list made it sixteen). The best of three runs of each.
+    let burst = |k: usize| {
+        (0..3)
+            .map(|_| {
+                let mut idx = CacheIndex::new();
+                let started = std::time::Instant::now();
+                for i in 0..k {
+                    add(&mut idx, i);
+                    // A snapshot published after each change, as the watch may.
+                    drop(idx.clone());
+                }
+                started.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let (small, large) = (burst(2_000), burst(8_000));
+    let ratio = large.as_secs_f64() / small.as_secs_f64();
+    assert!(ratio < 8.0, "{small:?} → {large:?}: ×{ratio:.1}");
+}
+
+#[test]
+fn a_cache_uri_is_stored_once() {
+    let mut idx = CacheIndex::new();
+    let entry = Arc::new(CacheEntry::new(ns("team-a"), "m", "hf://org/m/", &["gpu"]));
+    idx.upsert_cache(entry.clone());
+    let scope = idx.namespaces.get("team-a").unwrap();
+    let (key, _) = scope.by_uri.iter().next().unwrap();
+    assert!(
+        Arc::ptr_eq(&key.0, &entry.source_model_uri),
+        "the key is the entry's URI"
+    );
+    assert_eq!(key.trimmed(), "hf://org/m");
+}

@@ -111,11 +111,11 @@ pub struct PolicyConfig {
     pub prep_host_paths: Vec<String>,
 
     /// The Pod Security level of a namespace without a `pod-security.kubernetes.io/enforce`
-    /// label: what the cluster's PSA configuration defaults to (SPEC.md §9).
+    /// label: what the cluster's PSA configuration defaults to (docs/pod-security.md).
     pub pod_security_default: PodSecurityLevel,
 
     /// Inline volume types (`nfs`, `csi`, …) whose cache volume still gets the prep; none by
-    /// default: only claims and claim templates do (SPEC.md §4).
+    /// default: only claims and claim templates do (docs/policy.md, §4).
     pub prep_volume_types: Vec<String>,
 
     /// The kinds whose pod templates are judged at apply time, and where the templates are

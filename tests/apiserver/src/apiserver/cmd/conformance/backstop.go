@@ -19,8 +19,8 @@ import (
 	"apiserver/object"
 )
 
-// The backstop (SPEC.md section 13): the ValidatingAdmissionPolicy `modelgate backstop` prints,
-// evaluated with kube-apiserver's own CEL: the kube-cel binaries (../shared/tools/kube-cel,
+// The backstop (docs/policy.md, section 13): the ValidatingAdmissionPolicy `modelgate backstop` prints,
+// evaluated with kube-apiserver's own CEL: the kube-cel binaries ($MODELGATE_INPUTS_DIR/kube-cel as scripts/inputs.sh resolves it,
 // README.md there), each the admission-policy code of one kube-apiserver minor version. Every
 // request of the run is written as a kube-cel case file, and each binary evaluates all of them
 // in one invocation (compiling the policy takes seconds).
@@ -47,7 +47,7 @@ func checkKubeCEL(dir string) error {
 			err = fmt.Errorf("not an executable file")
 		}
 		if err != nil {
-			return fmt.Errorf("kube-cel binary %s (kube-apiserver %s's CEL): %v; -kube-cel must name the directory of vap130, vap131, vap132 and vap136 (../shared/tools/kube-cel)", p, v.label, err)
+			return fmt.Errorf("kube-cel binary %s (kube-apiserver %s's CEL): %v; -kube-cel must name the directory of vap130, vap131, vap132 and vap136 (.inputs/kube-cel: scripts/inputs.sh)", p, v.label, err)
 		}
 	}
 	return nil

@@ -157,6 +157,9 @@ impl Table {
     }
 }
 
+/// How long after the idle timeout hyper's own head timer may close a kept-alive connection.
+const IDLE_CLOSE_MARGIN: Duration = Duration::from_secs(1);
+
 /// Serves `app` on `listener` for as long as the task runs (the process: `/readyz` answers 503
 /// through the shutdown).
 pub(super) async fn serve(
@@ -169,8 +172,10 @@ pub(super) async fn serve(
     http.timer(TokioTimer::new())
         // hyper runs this timer whenever the connection waits for a head, kept-alive ones
         // included; the first request's head is bounded by the header read timeout in
-        // `watch_connection` (`no_request`).
-        .header_read_timeout(limits.probe_idle_timeout)
+        // `watch_connection` (`no_request`). A second past the idle timeout, so that an idle
+        // connection is closed, and counted as `idle_timeout`, by `watch_connection`: at the
+        // same instant the two raced, and hyper's close went uncounted.
+        .header_read_timeout(limits.probe_idle_timeout + IDLE_CLOSE_MARGIN)
         .max_buf_size(limits.probe_max_header_bytes as usize)
         .max_headers(MAX_HEADERS);
     let settings = ConnectionSettings {

@@ -791,11 +791,20 @@ async fn updates_of_an_unusable_object_are_logged_at_a_bounded_rate() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The metric is counted before the line is written, and the server's output is read by
+    // another thread: wait for the first line to arrive, then count them all.
+    let count = |logs: &str| {
+        logs.lines()
+            .filter(|l| l.contains("team-evil/broken"))
+            .count()
+    };
+    let started = Instant::now();
+    while count(&server.logs()) == 0 && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let logs = server.logs();
-    let lines = logs
-        .lines()
-        .filter(|l| l.contains("team-evil/broken"))
-        .count();
+    let lines = count(&logs);
     assert!((1..=5).contains(&lines), "{lines} lines:\n{logs}");
 }
 

@@ -85,15 +85,12 @@ fn index_of(caches: &[CacheEntry], nodes: &[(String, BTreeMap<String, String>)])
     }
     index.upsert_node_group("gpu", Some(vec![node_type("gpu")]));
     index.upsert_node_group("cpu", Some(vec![node_type("cpu")]));
-    let bound = PvcState {
-        phase: PvcPhase::Bound,
-        deleting: false,
-    };
+    let bound = PvcState::provisioned(PvcPhase::Bound);
     for i in 0..caches.len() {
         index.upsert_pvc(
             format!("team-{}", (i + 1) % 100),
             format!("cache-{i}-gpu"),
-            bound,
+            bound.clone(),
         );
     }
     // team-1's own cache, cache-1, is used in team-1 too.

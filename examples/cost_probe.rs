@@ -113,6 +113,30 @@ const SHAPES: &[(&str, Inflate)] = &[
         // of the marker (a `Value` this deep could not be written by serde_json).
         pod["spec"]["x-unread"] = json!(DEEP_MARKER);
     }),
+    ("eks-skip-names", |pod, n| {
+        // An identity webhook's skip annotation of many names: read once, the prep appended.
+        let names: Vec<String> = (0..n / 7).map(|i| format!("c{i}")).collect();
+        pod["metadata"]["annotations"]["eks.amazonaws.com/skip-containers"] =
+            json!(names.join(","));
+    }),
+    ("eks-skip-rewritten", |pod, n| {
+        // Names, then a line the webhook does not read: the value is rewritten as the names.
+        let names: Vec<String> = (0..n / 7).map(|i| format!("c{i}")).collect();
+        pod["metadata"]["annotations"]["eks.amazonaws.com/skip-containers"] =
+            json!(format!("{}\n\"", names.join(",")));
+    }),
+    ("azure-skip-names", |pod, n| {
+        let names: Vec<String> = (0..n / 7).map(|i| format!("c{i}")).collect();
+        pod["metadata"]["annotations"]["azure.workload.identity/skip-containers"] =
+            json!(names.join(";"));
+    }),
+    ("privileged-containers", |pod, n| {
+        // Each warned of by `/validate`; at most twenty warnings are built.
+        let containers: Vec<Value> = (0..n / 80)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox", "securityContext": {"privileged": true}}))
+            .collect();
+        pod["spec"]["containers"] = Value::Array(containers);
+    }),
     ("long-strings", |pod, n| {
         pod["metadata"]["generateName"] = json!("g".repeat(n / 3));
         pod["spec"]["containers"][0]["name"] = json!("c".repeat(n / 3));

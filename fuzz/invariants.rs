@@ -90,11 +90,8 @@ static INDEX: LazyLock<CacheIndex> = LazyLock::new(|| {
         );
         for ns in ["default", "team-a", "team-b", "t", "x"] {
             for group in ["workers", "gpu"] {
-                let bound = PvcState {
-                    phase: PvcPhase::Bound,
-                    deleting: false,
-                };
-                idx.upsert_pvc(ns, format!("{name}-{group}"), bound);
+                let bound = PvcState::provisioned(PvcPhase::Bound);
+                idx.upsert_pvc(ns, format!("{name}-{group}"), bound.clone());
             }
         }
     }

@@ -6,6 +6,7 @@
 
 pub use modelgate_core::cache::*;
 
+pub mod claims;
 pub mod list;
 pub mod metrics;
 mod reflect;

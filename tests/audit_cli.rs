@@ -808,3 +808,108 @@ fn write_reports_needs_the_cluster() {
         run.stderr
     );
 }
+
+/// A privileged container is the `root-equivalent` rule's `warn`, never a denial: in the JSON
+/// report's `warnings` (not its denials, nor its counts by rule, and the exit code says nothing
+/// would be denied), in the table and the JUnit output, and in both policy reports, valid for
+/// their CRDs, in the workload's own terms.
+#[test]
+fn a_privileged_container_is_a_root_equivalent_warning_in_every_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("privileged.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vpn, namespace: team-a, uid: 0b7c3f2e-1111-4a2b-8c3d-000000000009}
+spec:
+  selector:
+    matchLabels: {app: vpn}
+  template:
+    metadata:
+      labels: {app: vpn}
+    spec:
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000}
+      containers:
+      - {name: app, image: app:1}
+      - name: tunnel
+        image: wireguard:1
+        securityContext: {privileged: true}
+",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let field = "spec.template.spec.containers[1].securityContext.privileged";
+
+    let run = audit(&["-o", "json", file]);
+    assert_exit(&run, 0);
+    let report = json(&run);
+    assert_eq!(report["denials"], json!([]));
+    assert_eq!(report["unchanged"], 1);
+    assert!(
+        report["rules"].get("root-equivalent").is_none(),
+        "{report:#}"
+    );
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{report:#}");
+    let w = &warnings[0];
+    assert_eq!(
+        (&w["namespace"], &w["kind"], &w["name"], &w["rule"]),
+        (
+            &json!("team-a"),
+            &json!("Deployment"),
+            &json!("vpn"),
+            &json!("root-equivalent")
+        )
+    );
+    assert_eq!(w["origin"], file, "{w}");
+    let message = w["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("{field}: true: ")),
+        "{message}"
+    );
+    assert!(message.contains("Pod Security baseline"), "{message}");
+
+    let run = audit(&[file]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout.contains(&format!(
+            "WARNINGS (1):\nDeployment team-a/vpn ({file}): root-equivalent: {field}: true: "
+        )),
+        "{}",
+        run.stdout
+    );
+
+    let run = audit(&["-o", "junit", file]);
+    assert_exit(&run, 0);
+    assert!(run.stdout.contains(r#"failures="0""#), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains(&format!("root-equivalent: {field}: true: ")),
+        "{}",
+        run.stdout
+    );
+
+    for api in REPORT_APIS {
+        let run = audit(&["-o", api.output, file]);
+        assert_exit(&run, 0);
+        let reports = documents(&run);
+        assert_eq!(reports.len(), 1, "{}", run.stdout);
+        let report = &reports[0];
+        check_well_formed(report, api);
+        let result = rule_result(report, "root-equivalent");
+        assert_eq!(result["result"], "warn", "{}: {report:#}", api.output);
+        assert_eq!(result["severity"], "high");
+        assert!(
+            result["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{field}: true: ")),
+            "{result}"
+        );
+        assert!(result.get("properties").is_none(), "no patch: {result}");
+        assert_eq!(rule_result(report, "non-root")["result"], "pass");
+        assert_eq!(report["summary"]["warn"], 1, "{report:#}");
+        assert_eq!(report["summary"]["fail"], 0, "{report:#}");
+    }
+}

@@ -1493,9 +1493,9 @@ fn match_conditions_mirror_the_webhooks() {
         &Request::update(&deployment, &fixed, &labels),
         denied,
     );
-    // An ephemeral container added to a running pod: the ranges of the whole pod and the
-    // ephemeral containers' runAsNonRoot are judged; the other containers' runAsNonRoot is
-    // not (they are immutable and already run), as by the webhook's /validate.
+    // An ephemeral container added to a running pod: only the ephemeral containers the stored
+    // pod lacks are judged; the other containers are not (they are immutable and already run),
+    // as by the webhook's /validate (`kubectl_debug_on_an_old_pod_…` below has more).
     // A pod that predates the policy: its container has no runAsNonRoot, and no bad uid.
     let old_pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "old"},
         "spec": {"containers": [{"name": "c", "image": "i"}]}});
@@ -2159,4 +2159,185 @@ fn a_pod_update_may_not_change_the_prep_image() {
         "{}",
         answer.message
     );
+}
+
+/// `kubectl debug` on a pod admitted by an earlier release (another `--init-image`: its prep is
+/// not canonical for today's settings, and runs as root) that already has a root debug
+/// container: only the ephemeral containers `oldObject` lacks are judged, by name (the API
+/// server keeps the stored ones, not their order), as by the webhook's `/validate`. A new root
+/// container is denied wherever it is put; the stored pod is never named. Also beside many
+/// stored root debug containers, within the cost limits: the decision is linear, and past the
+/// name lookups a message affords, the message names the list and counts the new containers.
+#[test]
+fn kubectl_debug_on_an_old_pod_judges_only_the_new_ephemeral_containers() {
+    let cfg = configs()[0].1.clone();
+    let earlier = PolicyConfig {
+        init_image: "registry.example/curl:7.88.1".into(),
+        ..cfg.clone()
+    };
+    let policy = Policy::new(&cfg, &selection());
+    let hooks = Webhooks::new(cfg.clone());
+    let labels = enforce_labels();
+    let mut running = pod_with_canonical_prep(&earlier);
+    assert_eq!(
+        running["spec"]["initContainers"][0]["image"],
+        "registry.example/curl:7.88.1"
+    );
+    running["spec"]["ephemeralContainers"] = json!([{"name": "old-debugger", "image": "busybox",
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "imagePullPolicy": "Always", "securityContext": {"runAsNonRoot": false}}]);
+    let debugger = |security_context: Value| {
+        let mut c = json!({"name": "debugger-7x2k", "image": "busybox:1.36",
+            "targetContainerName": "c", "stdin": true, "tty": true,
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+            "imagePullPolicy": "IfNotPresent"});
+        if !security_context.is_null() {
+            c["securityContext"] = security_context;
+        }
+        c
+    };
+    let with = |stored: &Value, new: Value, first: bool| {
+        let mut pod = stored.clone();
+        let list = pod["spec"]["ephemeralContainers"].as_array_mut().unwrap();
+        match first {
+            true => list.insert(0, new),
+            false => list.push(new),
+        }
+        pod
+    };
+    // Many stored root debug containers (a pod debugged before its namespace was opted in).
+    let stored_roots = |n: usize| {
+        let mut pod = running.clone();
+        pod["spec"]["ephemeralContainers"] = (0..n)
+            .map(|i| json!({"name": format!("old-{i}"), "image": "busybox", "securityContext": {"runAsUser": 0}}))
+            .collect();
+        pod
+    };
+    let (some, many) = (stored_roots(300), stored_roots(2000));
+    let root = json!({"runAsUser": 0});
+    let cases: Vec<(&str, &Value, Value, Option<&str>)> = vec![
+        (
+            "kubectl debug as it comes",
+            &running,
+            with(&running, debugger(Value::Null), false),
+            None,
+        ),
+        (
+            "a debugger that sets its own non-root uid",
+            &running,
+            with(
+                &running,
+                debugger(json!({"runAsNonRoot": true, "runAsUser": 1000})),
+                false,
+            ),
+            None,
+        ),
+        (
+            "a new root debugger",
+            &running,
+            with(&running, debugger(root.clone()), false),
+            Some(
+                "spec.ephemeralContainers[1].securityContext.runAsUser: 0 is outside 1..2147483647",
+            ),
+        ),
+        (
+            "a new debugger with runAsNonRoot false",
+            &running,
+            with(&running, debugger(json!({"runAsNonRoot": false})), false),
+            Some("spec.ephemeralContainers[1].securityContext.runAsNonRoot: false is not allowed"),
+        ),
+        (
+            "a new root debugger put before the stored one",
+            &running,
+            with(&running, debugger(root.clone()), true),
+            Some(
+                "spec.ephemeralContainers[0].securityContext.runAsUser: 0 is outside 1..2147483647",
+            ),
+        ),
+        (
+            "kubectl debug beside 2000 stored root debuggers",
+            &many,
+            with(&many, debugger(Value::Null), false),
+            None,
+        ),
+        (
+            "a new root debugger beside 300 stored ones",
+            &some,
+            with(&some, debugger(root.clone()), false),
+            Some(
+                "spec.ephemeralContainers[300].securityContext.runAsUser: 0 is outside 1..2147483647",
+            ),
+        ),
+        (
+            "a new root debugger beside 2000 stored ones",
+            &many,
+            with(&many, debugger(root.clone()), false),
+            Some(
+                "spec.ephemeralContainers[2000].securityContext.runAsUser: 0 is outside 1..2147483647",
+            ),
+        ),
+    ];
+    // Past the name lookups a message may afford, the backstop names the list and how many
+    // containers the update adds there, not which.
+    let backstop_says = |what: &str, field: &str| match what {
+        "a new root debugger beside 2000 stored ones" => {
+            "spec.ephemeralContainers: 1 of the containers this update adds. ".to_string()
+        }
+        _ => field.to_string(),
+    };
+    let mut checks = Checks::default();
+    for (what, stored, object, denied) in &cases {
+        let mut request = Request::update(object, stored, &labels);
+        request.sub_resource = "ephemeralcontainers";
+        let stored_names: Vec<String> = stored["spec"]["ephemeralContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, _)| format!("spec.ephemeralContainers[{i}]"))
+            .collect();
+        let label = what.to_string();
+        let denied = *denied;
+        let says = denied.map(|field| backstop_says(what, field));
+        checks.add(&policy, *what, &request, move |got| {
+            let what = label;
+            let message = got.message();
+            let mut out = Vec::new();
+            match &says {
+                None if *got != Verdict::Admit => out.push(format!("{what}: {got:?}")),
+                Some(field) if !message.starts_with(field.as_str()) => {
+                    out.push(format!("{what}: {message:.600}"));
+                }
+                _ => {}
+            }
+            if message.contains("initContainers") || message.contains("spec.securityContext") {
+                out.push(format!(
+                    "{what}: the stored pod judged again: {message:.600}"
+                ));
+            }
+            // The new container's index is the only one named.
+            let new_index = denied.map(|f| f.split(']').next().unwrap().to_string() + "]");
+            for name in &stored_names {
+                if Some(name) != new_index.as_ref() && message.contains(&format!("{name}.")) {
+                    out.push(format!("{what}: a stored container named: {message:.600}"));
+                }
+            }
+            out
+        });
+        // The webhook's /validate says the same of the same review.
+        let mut review = create_review("debug", object, "team-a");
+        review["request"]["operation"] = json!("UPDATE");
+        review["request"]["subResource"] = json!("ephemeralcontainers");
+        review["request"]["oldObject"] = (*stored).clone();
+        let answer = hooks.call(Webhook::Validate, &review);
+        match denied {
+            None => assert!(answer.allowed, "{what}: /validate: {}", answer.message),
+            Some(field) => assert!(
+                answer.message.starts_with(field),
+                "{what}: /validate: {}",
+                answer.message
+            ),
+        }
+    }
+    assert_no_failures(&checks.run());
 }

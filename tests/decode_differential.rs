@@ -365,6 +365,8 @@ fn security_context(pod: bool) -> BoxedStrategy<Value> {
     if pod {
         fields.push(("fsGroup", id_value().boxed()));
         fields.push(("seLinuxOptions", unread(json!({"level": "s0"}))));
+    } else {
+        fields.push(("privileged", bool_value().boxed()));
     }
     prop_oneof![1 => Just(Value::Null), 6 => object_of(fields)].boxed()
 }

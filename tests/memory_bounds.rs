@@ -305,6 +305,72 @@ async fn the_findings_bodies_are_denied_as_too_large_within_the_chart_s_memory()
     );
 }
 
+/// An ephemeral-container update (`kubectl debug`) whose `oldObject` holds 370 000 ephemeral
+/// containers (no API server sends one: the stored pod could not hold them), at about the size
+/// of the finding's bodies: the old object is read within the bound of one object, as the
+/// object is, so it is counted and never decoded into views; the update is judged as without
+/// it (the whole pod), and the peak RSS grows as it does for the finding's bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_update_with_a_huge_old_object_is_decided_within_the_bound() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut review = llm_review();
+    let request = &mut review["request"];
+    request["operation"] = json!("UPDATE");
+    request["subResource"] = json!("ephemeralcontainers");
+    request["name"] = json!("llama-server");
+    let mut pod = request["object"].take();
+    pod["metadata"]["name"] = json!("llama-server");
+    pod["spec"]["securityContext"] = json!({"runAsNonRoot": true, "runAsUser": 1000});
+    request["oldObject"] = pod.clone();
+    request["oldObject"]["spec"]["ephemeralContainers"] = json!([]);
+    pod["spec"]["ephemeralContainers"] =
+        json!([{"name": "debugger", "image": "busybox", "securityContext": {"runAsUser": 0}}]);
+    request["object"] = pod;
+    let body = with_list(
+        review,
+        "/request/oldObject/spec/ephemeralContainers",
+        CONTAINERS,
+        |i| format!(r#"{{"name":"e{i}"}}"#),
+    );
+    assert!(
+        body.len() > 5 << 20 && body.len() < 7 << 20,
+        "{}",
+        body.len()
+    );
+    // Each webhook alone, on a fresh `serve`.
+    for path in ["/mutate", "/validate"] {
+        let pki = TestPki::new();
+        let server = serve(bin(), &pki);
+        let pid = server.child.id();
+        let ca = pki.ca.cert_pem().to_string();
+        let small = Bytes::from(serde_json::to_vec(&llm_review()).unwrap());
+        post(server.webhook, &ca, "/mutate", small.clone()).await;
+        post(server.webhook, &ca, "/validate", small).await;
+        let warm = status_kib(pid, "VmRSS:");
+        let (answer, took) = post(server.webhook, &ca, path, body.clone()).await;
+        assert_eq!(answer["response"]["allowed"], false, "{path}: {answer}");
+        assert_eq!(
+            answer["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .split(". ")
+                .next(),
+            Some(
+                "spec.ephemeralContainers[0].securityContext.runAsUser: 0 is outside 1..2147483647"
+            ),
+            "{path}: {answer}"
+        );
+        let hwm = status_kib(pid, "VmHWM:");
+        let grew = hwm.saturating_sub(warm);
+        assert!(
+            grew < 48 * 1024,
+            "{path}: VmHWM {hwm} KiB, {grew} KiB above the warm RSS {warm} KiB"
+        );
+        assert!(took < Duration::from_secs(10), "{path}: {took:?}");
+        eprintln!("{path}: {took:?}, VmHWM {hwm} KiB ({grew} KiB above the warm RSS)");
+    }
+}
+
 /// The benchmark of docs/benchmarks.md ("Hostile input"): the same run against
 /// `MODELGATE_MEMORY_BENCH_BIN` (a release build, before and after a change), printing the
 /// figures only (a binary from before this bound allows or answers otherwise).

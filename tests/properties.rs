@@ -309,11 +309,8 @@ fn caches() -> CacheIndex {
         // Everything a hit needs: the model downloaded on n1, the PVC in every namespace.
         for ns in ["team-a", "team-b"] {
             for g in groups {
-                let bound = PvcState {
-                    phase: PvcPhase::Bound,
-                    deleting: false,
-                };
-                index.upsert_pvc(ns, format!("{name}-{g}"), bound);
+                let bound = PvcState::provisioned(PvcPhase::Bound);
+                index.upsert_pvc(ns, format!("{name}-{g}"), bound.clone());
             }
         }
         index.upsert_cache(CacheEntry::new(scope, name, uri, groups).downloaded_on(&["n1"]));

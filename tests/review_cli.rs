@@ -1460,3 +1460,82 @@ fn files_with_a_byte_order_mark_are_read_as_kubectl_reads_them() {
         run.stderr
     );
 }
+
+/// `review` takes claims from its `--caches` files (docs/policy.md, "Claims whose volume the
+/// tenant picked"): a claim bound by name there gets no prep, with the warning; one absent from
+/// them is taken as provisioned, with a note; `--prep-volume-type prebound` and
+/// `--prep-storage-class` (and their environment variables) apply as in `serve`.
+#[test]
+fn review_judges_claims_from_the_caches_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = dir.path().join("claims.yaml");
+    std::fs::write(
+        &claims,
+        "apiVersion: v1\nkind: PersistentVolumeClaim\n\
+         metadata: {name: static, namespace: team-a}\n\
+         spec: {volumeName: nfs-root, storageClassName: manual}\nstatus: {phase: Bound}\n",
+    )
+    .unwrap();
+    let pod = |claim: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "team-a"},
+            "spec": {
+                "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}],
+                "containers": [{"name": "main", "image": "vllm",
+                                "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}]}]
+            }
+        })
+        .to_string()
+    };
+    let claims = claims.to_str().unwrap();
+    // The review's text, and whether the patched pod has the prep.
+    let run = |args: &[&str], env: &[(&str, &str)], claim: &str| {
+        let mut all = vec!["review", "--caches", claims];
+        all.extend_from_slice(args);
+        all.push("-");
+        let text = modelgate_env(&all, env, Some(&pod(claim)));
+        assert_exit(&text, 0);
+        all.splice(1..1, ["-o", "patched-json"]);
+        let patched = modelgate_env(&all, env, Some(&pod(claim)));
+        assert_exit(&patched, 0);
+        let prep =
+            patched.json_lines()[0]["spec"]["initContainers"][0]["name"] == "model-cache-prep";
+        (prep, text.stdout)
+    };
+    let (prep, picked) = run(&[], &[], "static");
+    assert!(!prep, "{picked}");
+    assert!(
+        picked.contains("claim static names its volume (spec.volumeName or spec.selector)"),
+        "{picked}"
+    );
+    let (prep, absent) = run(&[], &[], "elsewhere");
+    assert!(prep, "{absent}");
+    assert!(absent.contains("taken as provisioned"), "{absent}");
+
+    let (prep, prebound) = run(&["--prep-volume-type", "prebound"], &[], "static");
+    assert!(prep, "{prebound}");
+    let env = [
+        ("MODELGATE_PREP_VOLUME_TYPE", "prebound"),
+        ("MODELGATE_PREP_STORAGE_CLASS", "fast"),
+    ];
+    let (prep, other_class) = run(&[], &env, "static");
+    assert!(!prep, "{other_class}");
+    assert!(
+        other_class
+            .contains("claim static is of storage class manual, not one of --prep-storage-class"),
+        "{other_class}"
+    );
+    // A storage class name is checked at start.
+    let bad = modelgate_env(
+        &["review", "--prep-storage-class", "Fast_NFS", "-"],
+        &[],
+        Some("{}"),
+    );
+    assert_exit(&bad, 2);
+    assert!(
+        bad.stderr.contains("--prep-storage-class"),
+        "{}",
+        bad.stderr
+    );
+}

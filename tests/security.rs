@@ -47,11 +47,8 @@ fn caches() -> CacheIndex {
         "n1",
         [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
     );
-    let bound = PvcState {
-        phase: PvcPhase::Bound,
-        deleting: false,
-    };
-    idx.upsert_pvc("team-b", "theirs-workers", bound);
+    let bound = PvcState::provisioned(PvcPhase::Bound);
+    idx.upsert_pvc("team-b", "theirs-workers", bound.clone());
     idx.upsert_pvc("team-a", "shared-workers", bound);
     idx
 }
@@ -72,7 +69,15 @@ fn review(kind: &str, operation: &str, sub: Option<&str>, ns: &str, object: &Val
     });
     if let Some(sub) = sub {
         request["subResource"] = json!(sub);
-        request["oldObject"] = object.clone();
+        // The stored pod: on `ephemeralcontainers`, without the ephemeral containers, which the
+        // attacks here all add (only those the stored pod lacks are judged).
+        let mut old = object.clone();
+        if sub == "ephemeralcontainers"
+            && let Some(spec) = old["spec"].as_object_mut()
+        {
+            spec.remove("ephemeralContainers");
+        }
+        request["oldObject"] = old;
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 }

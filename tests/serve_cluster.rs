@@ -3,7 +3,8 @@
 //! server: `/readyz` waits for the caches, PVCs and Nodes; a cache added in the cluster changes
 //! what `/mutate` answers for a pod of that namespace; a deleted PVC makes the next pod a
 //! `pvc-missing` miss within seconds; a node turning `NodeDownloaded` gets the next pod pinned to
-//! it; a KServe-managed pod never gets `modelgate-model`; and no admission makes an API request.
+//! it; a KServe-managed pod never gets `modelgate-model`; no admission makes an API request but
+//! the one read of a claim the watch has not delivered yet; and the prep on claims.
 
 mod common;
 mod support;
@@ -451,5 +452,126 @@ async fn serve_follows_namespace_mode_labels_without_a_restart() {
         r#"modelgate_policy_results_total{webhook="mutate",mode="audit",result="would_patch"}"#,
     ] {
         assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+}
+
+/// A pod of `team-a` whose model cache volume is the claim `claim`.
+fn claim_pod_review(uid: &str, claim: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "team-a", "operation": "CREATE", "userInfo": {"username": "u"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("web-{uid}"), "namespace": "team-a"},
+                "spec": {
+                    "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}],
+                    "containers": [{"name": "c", "image": "vllm",
+                                    "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}]}]}}
+        }
+    }))
+    .unwrap()
+}
+
+fn claim(name: &str, spec: Value, annotations: Value, phase: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "team-a", "annotations": annotations},
+           "spec": spec, "status": {"phase": phase}})
+}
+
+/// The prep on claims through `serve` (docs/policy.md, "Claims whose volume the tenant
+/// picked"): the claim watch tells a claim the PV controller bound from one bound by name; a
+/// claim the watch has not delivered yet (a StatefulSet creates it just before the pod) is read
+/// once with a GET and gets the prep; one that does not exist gets none; each read is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_judges_the_claim_under_the_cache_and_reads_one_its_watch_has_not_delivered() {
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    api.apply(
+        PVCS,
+        claim(
+            "data-old",
+            json!({"volumeName": "pvc-1234", "storageClassName": "fast"}),
+            json!({"pv.kubernetes.io/bound-by-controller": "yes"}),
+            "Bound",
+        ),
+    );
+    api.apply(
+        PVCS,
+        claim(
+            "static",
+            json!({"volumeName": "nfs-export-root", "storageClassName": ""}),
+            json!({}),
+            "Bound",
+        ),
+    );
+    let pki = TestPki::new();
+    let server = serve_against(&api, &pki, &[], &[]).await;
+    let mut ready = false;
+    for _ in 0..200 {
+        if let Ok((StatusCode::OK, _)) = server.probe_get("/readyz").await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "not ready; logs:\n{}", server.logs());
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    let prep = |pod: &Value| {
+        pod["spec"]["initContainers"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c["name"] == "model-cache-prep"))
+    };
+    let warnings = |answer: &Answer| answer.json()["response"]["warnings"].to_string();
+
+    let review = claim_pod_review("1", "data-old");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    assert!(prep(&patched(&review, &answer)), "{}", answer.json());
+
+    let review = claim_pod_review("2", "static");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    assert!(!prep(&patched(&review, &answer)), "{}", answer.json());
+    assert!(
+        warnings(&answer).contains("claim static names its volume"),
+        "{}",
+        answer.json()
+    );
+    assert_eq!(
+        api.counts(PVCS).gets,
+        0,
+        "claims the watch has are not read"
+    );
+
+    // The StatefulSet order: the claim exists, but the watch has not delivered it.
+    api.set_partitioned(true);
+    api.apply(
+        PVCS,
+        claim(
+            "data-web-0",
+            json!({"storageClassName": "fast"}),
+            json!({}),
+            "Pending",
+        ),
+    );
+    let review = claim_pod_review("3", "data-web-0");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    assert!(prep(&patched(&review, &answer)), "{}", answer.json());
+    assert_eq!(api.counts(PVCS).gets, 1);
+
+    let review = claim_pod_review("4", "never-made");
+    let answer = conn.post_json("/mutate", review.clone()).await.unwrap();
+    assert!(!prep(&patched(&review, &answer)), "{}", answer.json());
+    assert!(
+        warnings(&answer).contains("claim never-made does not exist"),
+        "{}",
+        answer.json()
+    );
+    assert_eq!(api.counts(PVCS).gets, 2);
+
+    let (_, metrics) = server.probe_get("/metrics").await.unwrap();
+    for (result, n) in [("found", 1), ("not_found", 1), ("timeout", 0), ("busy", 0)] {
+        let series = format!("modelgate_claim_reads_total{{result=\"{result}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == series), "{series}\n{metrics}");
     }
 }

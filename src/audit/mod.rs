@@ -125,6 +125,10 @@ pub struct Part {
 pub struct TemplatePlace {
     pub metadata: (String, String),
     pub spec: (String, String),
+    /// Whether the template has a `metadata` object of its own (`Some(false)`: it could, but
+    /// has none; `None`: a bare pod spec, which cannot), so that a patch of the pod's metadata
+    /// is put in the workload's terms as one that applies to it.
+    pub own_metadata: Option<bool>,
 }
 
 impl Part {
@@ -307,11 +311,13 @@ fn template_parts(
             Shape::PodTemplateSpec => TemplatePlace {
                 metadata: (dotted("metadata"), slashed("metadata")),
                 spec: (dotted("spec"), slashed("spec")),
+                own_metadata: Some(template.get("metadata").is_some_and(Value::is_object)),
             },
             // A bare pod spec: the Pod's `spec` is the template itself.
             Shape::PodSpec => TemplatePlace {
                 metadata: (dotted("metadata"), slashed("metadata")),
                 spec: (t.path.clone(), t.pointer.clone()),
+                own_metadata: None,
             },
         };
         parts.push(Part {
@@ -595,6 +601,18 @@ pub struct DenialEntry {
     pub message: String,
 }
 
+/// One object a rule that only warns has a finding on (`root-equivalent`): never a denial.
+#[derive(Clone, Debug, Serialize)]
+pub struct WarningEntry {
+    pub namespace: String,
+    pub kind: AuditedKind,
+    pub name: String,
+    /// Where it was read: `file#N` or `cluster`.
+    pub origin: String,
+    pub rule: &'static str,
+    pub message: String,
+}
+
 /// One evaluated object, kept for the JUnit report.
 #[derive(Clone, Debug)]
 pub struct ObjectEntry {
@@ -605,6 +623,8 @@ pub struct ObjectEntry {
     pub outcome: Outcome,
     pub changes: Vec<String>,
     pub message: Option<String>,
+    /// `<rule>: <message>` of each rule that only warns and has a finding on it.
+    pub warnings: Vec<String>,
 }
 
 /// The whole audit.
@@ -616,9 +636,12 @@ pub struct Report {
     #[serde(flatten)]
     pub counts: Counts,
     pub namespaces: BTreeMap<String, NamespaceReport>,
-    /// Every namespace together, by rule.
+    /// Every namespace together, by rule (the rules that patch or deny: a rule that only warns
+    /// would count every object unchanged; its findings are in `warnings`).
     pub rules: BTreeMap<&'static str, Counts>,
     pub denials: Vec<DenialEntry>,
+    /// The findings of the rules that only warn (`root-equivalent`), one per object and rule.
+    pub warnings: Vec<WarningEntry>,
     /// Objects in namespaces exempt from the policy (`--exempt-namespace`), not evaluated.
     pub exempt: BTreeMap<String, usize>,
     /// Workloads counted through their owner, and other notes.
@@ -737,7 +760,7 @@ impl Report {
         let ns = self.namespaces.entry(target.namespace.clone()).or_default();
         ns.objects += 1;
         ns.counts.add(e.outcome);
-        for rule in Rule::ALL {
+        for rule in Rule::ALL.into_iter().filter(|r| !r.warns_only()) {
             let outcome = if e.rules.contains(&rule) {
                 e.outcome
             } else {
@@ -756,6 +779,21 @@ impl Report {
                 message: message.clone(),
             });
         }
+        let warned: Vec<&RuleResult> = e
+            .results
+            .iter()
+            .filter(|r| r.rule.warns_only() && r.status == Status::Warn)
+            .collect();
+        for r in &warned {
+            self.warnings.push(WarningEntry {
+                namespace: target.namespace.clone(),
+                kind: target.kind,
+                name: target.name.clone(),
+                origin: origin.to_string(),
+                rule: r.rule.as_str(),
+                message: r.message.clone(),
+            });
+        }
         if let Some(entries) = self.entries.as_mut() {
             entries.push(ObjectEntry {
                 namespace: target.namespace.clone(),
@@ -763,6 +801,10 @@ impl Report {
                 name: target.name.clone(),
                 origin: origin.to_string(),
                 outcome: e.outcome,
+                warnings: warned
+                    .iter()
+                    .map(|r| format!("{}: {}", r.rule, r.message))
+                    .collect(),
                 changes: e.changes,
                 message: e.message,
             });

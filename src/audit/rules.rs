@@ -4,7 +4,9 @@
 //! The rules are the core's [`Rule::ALL`]: `non-root` (§3, and the uid/gid ranges and
 //! `runAsNonRoot: false` of §6), `cache-prep` (§4, and §6's canonical prep), `model-cache` (§5)
 //! and `schema` (§6: the object decodes as its kind). Each §6 check belongs to the rule whose
-//! fields it reads, so a denial is a `fail` of that rule.
+//! fields it reads, so a denial is a `fail` of that rule. `root-equivalent` only warns
+//! ([`Rule::warns_only`]): its result is `warn` when `/validate` would warn of the object
+//! (a privileged container), `pass` otherwise, never `fail`.
 //!
 //! - `fail`: the rule's violations would deny the object; the message names them, in the
 //!   workload's own terms (`spec.template.spec.containers[0]…` for a Deployment).
@@ -18,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Part;
 use crate::admission::Decision;
@@ -69,7 +71,7 @@ pub struct RuleResult {
 /// miss only costs a download.
 pub fn severity(rule: Rule) -> &'static str {
     match rule {
-        Rule::NonRoot | Rule::Schema => "high",
+        Rule::NonRoot | Rule::Schema | Rule::RootEquivalent => "high",
         Rule::CachePrep => "medium",
         Rule::ModelCache => "low",
     }
@@ -124,6 +126,9 @@ pub(super) fn after_mutation(
     Rule::ALL
         .into_iter()
         .map(|rule| {
+            if rule.warns_only() {
+                return warned(part, validated, rule);
+            }
             let mut result = failure(part, validated, rule).unwrap_or_else(|| {
                 let changes: Vec<&Change> =
                     mutated.changes.iter().filter(|c| c.rule == rule).collect();
@@ -158,6 +163,26 @@ pub(super) fn after_mutation(
             result
         })
         .collect()
+}
+
+/// The result of a rule that only warns: `warn` with what the validating pass found (in the
+/// workload's own terms), whether or not the object is denied for other rules; else `pass`.
+fn warned(part: &Part, validated: &Decision, rule: Rule) -> RuleResult {
+    let findings = &validated.findings;
+    let (status, message) = if findings.listed.iter().any(|v| v.rule == rule) {
+        (Status::Warn, findings.message(|field| part.field(field)))
+    } else {
+        (
+            Status::Pass,
+            "no container has securityContext.privileged: true".to_string(),
+        )
+    };
+    RuleResult {
+        rule,
+        status,
+        message,
+        properties: BTreeMap::new(),
+    }
 }
 
 /// `fail` of `rule`, when `decision` denies with violations of it. A denial without any
@@ -205,6 +230,8 @@ fn unchanged(rule: Rule, part: &Part, mutated: &Decision, patched: &Value) -> Ru
             Status::Pass,
             "the fields the policy reads decode as their Kubernetes schema says".to_string(),
         ),
+        // Judged by `warned`; nothing to change is a pass.
+        Rule::RootEquivalent => (Status::Pass, "nothing to change".to_string()),
         Rule::CachePrep if has_prep(part, patched) => (
             Status::Pass,
             format!("the {PREP_CONTAINER} init container is in place and canonical"),
@@ -279,14 +306,33 @@ fn has_prep(part: &Part, patched: &Value) -> bool {
 
 /// The patch enforcing would apply, as a JSON array in a string, in the workload's own terms:
 /// a template's pods get it, so its paths are moved under the template
-/// (`/spec/template/spec/securityContext`). The policy patches a pod's metadata only for a
-/// model URI, which is itself in the template's metadata, so the paths exist in the workload.
+/// (`/spec/template/spec/securityContext`). The policy patches a pod's metadata for a model URI
+/// (itself in the template's metadata) and for the skip annotations of the identity webhooks
+/// (which create `metadata.annotations` where the template has none).
 pub(super) fn workload_patch(part: &Part, ops: json_patch::Patch) -> String {
     let mut ops = serde_json::to_value(ops).unwrap_or(Value::Array(Vec::new()));
-    if part.at.is_some()
+    if let Some(at) = &part.at
         && let Value::Array(list) = &mut ops
     {
+        // The evaluated Pod always has metadata (its namespace); the template may have none.
+        // Without a place for it (a bare pod spec) the pods get theirs when they are created:
+        // such operations are left out. Without one of its own, the annotations the policy
+        // creates create the template's metadata.
+        if at.own_metadata.is_none() {
+            list.retain(|op| {
+                op["path"]
+                    .as_str()
+                    .is_none_or(|p| p != "/metadata" && !p.starts_with("/metadata/"))
+            });
+        }
         for op in list.iter_mut() {
+            if at.own_metadata == Some(false)
+                && op["op"] == "add"
+                && op["path"] == "/metadata/annotations"
+            {
+                op["path"] = Value::String("/metadata".into());
+                op["value"] = json!({"annotations": op["value"].take()});
+            }
             for key in ["path", "from"] {
                 if let Some(Value::String(path)) = op.get_mut(key) {
                     *path = part.pointer(path);
@@ -306,13 +352,13 @@ pub(super) fn no_complete_template() -> Vec<RuleResult> {
             rule,
             status: match rule {
                 Rule::NonRoot | Rule::Schema => Status::Pass,
-                Rule::CachePrep | Rule::ModelCache => Status::Skip,
+                Rule::CachePrep | Rule::ModelCache | Rule::RootEquivalent => Status::Skip,
             },
             message: match rule {
                 Rule::NonRoot | Rule::Schema => {
                     "no complete pod template; the partial templates say nothing against it"
                 }
-                Rule::CachePrep | Rule::ModelCache => {
+                Rule::CachePrep | Rule::ModelCache | Rule::RootEquivalent => {
                     "no complete pod template: judged when its pods are created"
                 }
             }

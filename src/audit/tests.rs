@@ -346,6 +346,7 @@ fn each_rule_gets_one_result_fail_warn_pass_or_skip() {
             (Rule::CachePrep, Status::Skip),
             (Rule::ModelCache, Status::Skip),
             (Rule::Schema, Status::Skip),
+            (Rule::RootEquivalent, Status::Skip),
         ]
     );
     assert_eq!(
@@ -524,4 +525,84 @@ fn kept_results_hold_each_distinct_text_once() {
         .find(|r| r.rule == Rule::CachePrep)
         .unwrap();
     assert!(Arc::ptr_eq(&patch(&a), &patch(prep)));
+}
+
+/// `privileged: true` is the `root-equivalent` rule's `warn`, in the workload's own terms and
+/// never a denial (the Deployment is otherwise left as it is); it is listed among the report's
+/// warnings, not counted among what enforcing would patch or deny; a denied workload still
+/// gets it; and without a privileged container the rule passes.
+#[test]
+fn a_privileged_container_is_a_root_equivalent_warning_never_a_denial() {
+    let none = Namespaces::default();
+    let deploy = target(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "net", "namespace": "a"},
+        "spec": {"template": {"spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
+            "containers": [{"name": "app", "image": "x"},
+                           {"name": "vpn", "image": "y", "securityContext": {"privileged": true}}]}}}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&deploy, ctx));
+    assert_eq!(e.outcome, Outcome::Unchanged);
+    let found = result(&e, Rule::RootEquivalent);
+    assert_eq!(found.status, Status::Warn);
+    assert!(
+        found
+            .message
+            .starts_with("spec.template.spec.containers[1].securityContext.privileged: true: "),
+        "{}",
+        found.message
+    );
+    assert!(
+        found.properties.is_empty(),
+        "no patch: {:?}",
+        found.properties
+    );
+    assert_eq!(result(&e, Rule::NonRoot).status, Status::Pass);
+
+    let mut report = Report::new("files", true);
+    report.add(&deploy, "f.yaml#1", e);
+    assert!(report.all_allowed());
+    assert_eq!(report.warnings.len(), 1);
+    assert_eq!(report.warnings[0].rule, "root-equivalent");
+    assert!(!report.rules.contains_key("root-equivalent"));
+    let table = report.table();
+    assert!(
+        table.contains(
+            "WARNINGS (1):\nDeployment a/net (f.yaml#1): root-equivalent: spec.template.spec.containers[1].securityContext.privileged: true: "
+        ),
+        "{table}"
+    );
+    assert!(!table.contains("root-equivalent (§6)"), "{table}");
+    let suites = report.junit_suites();
+    let case = &suites[0].cases[0];
+    assert!(case.failure.is_none());
+    assert!(
+        case.output
+            .as_deref()
+            .is_some_and(|o| o.starts_with("root-equivalent: spec.template.spec.containers[1]")),
+        "{:?}",
+        case.output
+    );
+
+    // Denied by the validating pass (a prep modelgate does not manage here), and still told of
+    // the privileged container.
+    let denied = target(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+        "spec": {"initContainers": [{"name": "model-cache-prep", "image": "x"}],
+                 "containers": [{"name": "a", "image": "x",
+                                 "securityContext": {"privileged": true}}]}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&denied, ctx));
+    assert_eq!(e.outcome, Outcome::Denied);
+    assert_eq!(result(&e, Rule::RootEquivalent).status, Status::Warn);
+    assert!(!e.message.unwrap().contains("privileged"));
+
+    let plain = target(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "a"},
+        "spec": {"containers": [{"name": "a", "image": "x",
+                                 "securityContext": {"privileged": false}}]}
+    }));
+    let e = with_ctx(&none, |ctx| evaluate(&plain, ctx));
+    assert_eq!(result(&e, Rule::RootEquivalent).status, Status::Pass);
 }

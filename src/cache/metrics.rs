@@ -230,10 +230,7 @@ mod tests {
             "n1",
             [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
         );
-        let bound = crate::cache::PvcState {
-            phase: crate::cache::PvcPhase::Bound,
-            deleting: false,
-        };
+        let bound = crate::cache::PvcState::provisioned(crate::cache::PvcPhase::Bound);
         index.upsert_pvc("team-a", "mine-workers", bound);
         let counters = metrics.lookup_counters();
         metrics.set_objects(&index);

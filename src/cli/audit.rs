@@ -20,7 +20,7 @@ use crate::audit::output::reports::{self, ReportApi, Timestamp};
 use crate::audit::{self, Extracted, Report, cluster};
 use crate::cache::list as cache_list;
 use crate::cli::policy::PolicyArgs;
-use crate::config::PolicyConfig;
+use crate::config::{AbsentClaims, PolicyConfig};
 use crate::documents::for_each_document;
 use crate::namespaces::{Mode, NamespaceDocuments, Namespaces, is_namespace};
 use crate::policy::Caches;
@@ -176,6 +176,10 @@ pub fn execute(mut args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdi
     let table: &'static WorkloadKinds = Box::leak(Box::new(config.workload_kinds.as_ref().clone()));
     // "What would change if I enforce?": enforce everywhere, whatever the namespaces' labels.
     config.default_mode = Mode::Enforce;
+    // Claims listed from the cluster are all there are; those of files may be a few.
+    if args.from_cluster {
+        config.absent_claims = AbsentClaims::Missing;
+    }
     let LoadedFiles {
         index,
         namespaces,

@@ -11,8 +11,8 @@ use clap::{Args, ValueEnum};
 
 use crate::admission::WorkloadKinds;
 use crate::config::{
-    CacheLayout, IdSetting, PodSecurityLevel, PolicyConfig, PrepMode, absolute_path, non_empty,
-    parse_fsgroup, parse_gid_or_none, parse_init_container_user, parse_prep_host_path,
+    AbsentClaims, CacheLayout, IdSetting, PodSecurityLevel, PolicyConfig, PrepMode, absolute_path,
+    non_empty, parse_fsgroup, parse_gid_or_none, parse_init_container_user, parse_prep_host_path,
     parse_prep_volume_type, parse_uid_or_none, shell_safe_path,
 };
 use crate::namespaces::Mode;
@@ -163,6 +163,17 @@ pub struct PolicyArgs {
     )]
     pub prep_volume_types: Vec<String>,
 
+    /// A storage class whose claims may get the root prep (repeatable; none by default: every
+    /// class). Given, a claim of another class, or of none written, gets no prep.
+    #[arg(
+        long = "prep-storage-class",
+        env = "MODELGATE_PREP_STORAGE_CLASS",
+        value_name = "CLASS",
+        value_delimiter = ',',
+        value_parser = parse_storage_class
+    )]
+    pub prep_storage_classes: Vec<String>,
+
     /// The Pod Security level of a namespace without a pod-security.kubernetes.io/enforce
     /// label, as the cluster's PSA configuration sets it: under restricted no root prep is
     /// injected there (the API server would refuse it).
@@ -181,6 +192,28 @@ pub struct PolicyArgs {
         value_parser = parse_workload_kinds
     )]
     pub workload_kinds: Option<Arc<WorkloadKinds>>,
+}
+
+/// `--prep-storage-class`: a StorageClass name, as the API server validates one (a DNS
+/// subdomain).
+fn parse_storage_class(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if t.len() <= 253 && t.split('.').all(label_ok) {
+        Ok(t.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a storage class name (lowercase letters, digits, '-' and '.', at most \
+             253 characters)"
+        ))
+    }
 }
 
 /// The built-in table with the entries of the file at `path`.
@@ -217,6 +250,8 @@ impl PolicyArgs {
             default_mode: self.default_mode.into(),
             prep_host_paths: self.prep_host_paths,
             prep_volume_types: self.prep_volume_types,
+            prep_storage_classes: self.prep_storage_classes,
+            absent_claims: AbsentClaims::default(),
             pod_security_default: self.pod_security_default.into(),
             workload_kinds: self.workload_kinds.unwrap_or_else(WorkloadKinds::defaults),
         }

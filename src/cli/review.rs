@@ -15,6 +15,7 @@ use super::{CacheFiles, EXIT_USAGE};
 use crate::admission::{self, Context, Decision, Request, Webhook};
 use crate::cache::{CacheIndex, ClusterCacheError, list};
 use crate::cli::policy::PolicyArgs;
+use crate::config::AbsentClaims;
 use crate::documents::{Document, read_documents};
 use crate::junit;
 use crate::namespaces::{self, NamespaceDocuments, Namespaces};
@@ -109,7 +110,11 @@ pub struct Reviewed {
 /// Reads every input, reviews every document, writes the chosen output. `Ok(true)` when all
 /// were allowed.
 pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
-    let config = args.policy.clone().into_config();
+    let mut config = args.policy.clone().into_config();
+    // Claims listed from the cluster are all there are; those of files may be a few.
+    if args.from_cluster {
+        config.absent_claims = AbsentClaims::Missing;
+    }
     let super::LoadedFiles {
         mut index,
         namespaces: file_namespaces,

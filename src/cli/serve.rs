@@ -12,8 +12,10 @@ use clap::{Args, ValueEnum};
 
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
+use crate::cache::claims::ClaimReader;
 use crate::cache::{CacheMetrics, ClusterCacheArgs, Kind, WatchMetrics};
 use crate::cli::policy::PolicyArgs;
+use crate::config::AbsentClaims;
 use crate::duration::parse_duration;
 use crate::namespaces::watch::{self as namespace_watch, NamespaceWatch, NamespaceWatchConfig};
 use crate::namespaces::{NamespaceStore, Namespaces};
@@ -294,6 +296,23 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         Some(watch) => Box::new(watch.listed()),
         None => Box::new(|| true),
     };
+    // With a cluster, the claims are the cluster's: one the watch has not delivered is read
+    // once, and one that does not exist gets no prep. Without, the files' are all there is.
+    let mut config = args.policy.clone().into_config();
+    config.absent_claims = match no_cluster {
+        true => AbsentClaims::Provisioned,
+        false => AbsentClaims::Missing,
+    };
+    let claim_reader = match no_cluster {
+        true => None,
+        false => {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot read the cluster's claims (use --no-cluster to run without)")
+                .map_err(StartError::Runtime)?;
+            Some(ClaimReader::new(client, metrics.registry_mut()))
+        }
+    };
     let (listen, probe_listen) = listen_addresses(&args);
     let options = ServeOptions {
         listen,
@@ -305,12 +324,13 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         limits,
         probe_limits,
         log_admissions: args.log_admissions,
-        config: args.policy.clone().into_config(),
+        config,
         store: caches.store.clone(),
         namespaces: namespace_store,
         caches_ready: Box::new(move || readiness.is_ready()),
         namespaces_ready,
         metrics,
+        claim_reader,
     };
     let server = Server::bind(options).await.map_err(StartError::Runtime)?;
     if let Some(made) = dev {

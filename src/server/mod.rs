@@ -55,8 +55,10 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{self, Context, Webhook};
 use crate::cache::CacheStore;
+use crate::cache::claims::{self, ClaimRead, ClaimReader};
 use crate::config::PolicyConfig;
 use crate::namespaces::NamespaceStore;
+use crate::policy::Caches;
 use body::{BodyBudget, Held, MinRate};
 use deadline::Budget;
 pub use limits::{Limits, ProbeLimits};
@@ -94,6 +96,8 @@ pub struct ServeOptions {
     pub namespaces_ready: CachesReady,
     /// The metrics; other parts of the program may have registered theirs already.
     pub metrics: Metrics,
+    /// Reads a claim the watch has not delivered yet (with a cluster only).
+    pub claim_reader: Option<ClaimReader>,
 }
 
 /// Asked by every `/readyz`: must be cheap.
@@ -120,6 +124,7 @@ struct AppState {
     body_budget: BodyBudget,
     limits: Limits,
     log_admissions: bool,
+    claim_reader: Option<ClaimReader>,
 }
 
 impl AppState {
@@ -238,6 +243,7 @@ impl Server {
                 body_budget,
                 limits: options.limits,
                 log_admissions: options.log_admissions,
+                claim_reader: options.claim_reader,
             }),
             webhook,
             probe,
@@ -1337,7 +1343,19 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
         caches: view.caches(),
         namespaces: &namespaces,
     };
-    let outcome = admission::review(webhook, &read.bytes, &ctx);
+    let mut outcome = admission::review(webhook, &read.bytes, &ctx);
+    if let (Some(reader), Some(claim)) = (&state.claim_reader, &outcome.summary.claim_to_read) {
+        // The decision took the claim as missing; the watch may just not have delivered it.
+        let namespace = &outcome.summary.namespace;
+        if let ClaimRead::Found(claim_state) = reader.read(namespace, claim).await {
+            let index = claims::with_claim(&view.index, namespace, claim, claim_state);
+            let caches = match view.synced {
+                true => Caches::Ready(&index),
+                false => Caches::NotSynced(&index),
+            };
+            outcome = admission::review(webhook, &read.bytes, &Context { caches, ..ctx });
+        }
+    }
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.admission(webhook, &outcome.summary, seconds);
     if state.log_admissions || is_notable(&outcome.summary, outcome.http_status) {

@@ -311,9 +311,11 @@ def rbac(path, ns: str) -> None:
             "list",
             "watch",
         ],
-        # PVCs and Nodes (routing, SPEC.md section 5) and namespace labels (modes and Pod
-        # Security levels, section 9): list and watch only.
-        ("", ("nodes", "persistentvolumeclaims")): ["list", "watch"],
+        # PVCs (routing, docs/model-cache.md; the prep's claim decision, docs/policy.md: one get
+        # for a claim the watch has not delivered), Nodes and namespace labels (modes and Pod
+        # Security levels): list and watch only, a get for claims.
+        ("", ("persistentvolumeclaims",)): ["get", "list", "watch"],
+        ("", ("nodes",)): ["list", "watch"],
         ("", ("namespaces",)): ["list", "watch"],
     }
     seen = set()

@@ -159,6 +159,7 @@ def test_schema_accepts_init_container_user(assets: Assets, v: str) -> None:
         ("/audit", ["--set", "audit.reportAPI=openreports"]),
         ("/prepHostPaths/0", ["--set", "prepHostPaths={data/models}"]),
         ("/prepVolumeTypes/0", ["--set", "prepVolumeTypes={hostPath}"]),
+        ("/prepStorageClasses/0", ["--set", "prepStorageClasses={Fast_NFS}"]),
         ("/podSecurityDefault", ["--set", "podSecurityDefault=strict"]),
         ("/cacheMountPath", ["--set", "cacheMountPath=/my models"]),
     ],
@@ -183,6 +184,9 @@ def test_schema_rejects(assets: Assets, field: str, args: list[str]) -> None:
         ("--prep-host-path=/srv/cache", ["--set", "prepHostPaths={/data/models,/srv/cache}"]),
         ("--prep-volume-type=nfs", ["--set", "prepVolumeTypes={nfs,csi}"]),
         ("--prep-volume-type=csi", ["--set", "prepVolumeTypes={nfs,csi}"]),
+        ("--prep-volume-type=prebound", ["--set", "prepVolumeTypes={prebound}"]),
+        ("--prep-storage-class=fast-nfs", ["--set", "prepStorageClasses={fast-nfs,local.path}"]),
+        ("--prep-storage-class=local.path", ["--set", "prepStorageClasses={fast-nfs,local.path}"]),
         ("--pod-security-default=restricted", ["--set", "podSecurityDefault=restricted"]),
     ],
 )

@@ -24,7 +24,7 @@ APIS = {
     "openreports": ("openreports.io/v1alpha1", "Report"),
     "policyreport": ("wgpolicyk8s.io/v1alpha2", "PolicyReport"),
 }
-RULES = ["cache-prep", "model-cache", "non-root", "schema"]
+RULES = ["cache-prep", "model-cache", "non-root", "root-equivalent", "schema"]
 RESULTS = ("pass", "fail", "warn", "error", "skip")
 # Pods, Jobs and every kind of the workload-kind table, in each version the table names.
 AUDITED = {("v1", "Pod"), ("batch/v1", "Job")} | {

@@ -94,6 +94,8 @@ struct Watch {
 pub struct Counts {
     pub lists: usize,
     pub watches: usize,
+    /// Reads of one object by name.
+    pub gets: usize,
     /// Lists and watches that asked for metadata only.
     pub metadata_only: usize,
 }
@@ -446,16 +448,42 @@ impl Inner {
 /// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>` or `/api/v1/…` → (apiVersion,
 /// namespace, plural).
 fn parse_path(path: &str) -> Option<(&'static str, Option<String>, String)> {
-    let (api_version, rest) = match path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/")) {
-        Some(rest) => (KSERVE, rest),
-        None => (CORE, path.strip_prefix("/api/v1/")?),
-    };
+    let (api_version, rest) = api_path(path)?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
         [plural] => Some((api_version, None, plural.to_string())),
         ["namespaces", ns, plural] => Some((api_version, Some(ns.to_string()), plural.to_string())),
         _ => None,
     }
+}
+
+fn api_path(path: &str) -> Option<(&'static str, &str)> {
+    match path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/")) {
+        Some(rest) => Some((KSERVE, rest)),
+        None => Some((CORE, path.strip_prefix("/api/v1/")?)),
+    }
+}
+
+/// `GET /api/v1/namespaces/<ns>/<plural>/<name>` (and the same under the KServe group): one
+/// object, or a `404` NotFound Status as the real server answers.
+fn get_one(inner: &mut Inner, path: &str) -> Option<Response> {
+    let (api_version, rest) = api_path(path)?;
+    let ["namespaces", ns, plural, name] = rest.split('/').collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    inner.counts.entry(plural.to_string()).or_default().gets += 1;
+    let found = inner
+        .resources
+        .get(plural)
+        .filter(|r| r.installed && r.api_version == api_version)
+        .and_then(|r| r.objects.get(&(ns.to_string(), name.to_string())));
+    Some(match found {
+        Some(object) => json_response(200, object),
+        None => json_response(
+            404,
+            &status(404, "NotFound", &format!("{plural} \"{name}\" not found")),
+        ),
+    })
 }
 
 /// An object as a metadata-only request sees it.
@@ -506,6 +534,11 @@ async fn handle(
     if let Some(answer) = inner
         .reports
         .answer(&method, uri.path(), &query, &headers, &body)
+    {
+        return answer;
+    }
+    if method == Method::GET
+        && let Some(answer) = get_one(inner, uri.path())
     {
         return answer;
     }

@@ -178,6 +178,9 @@ kube-system and their own namespace (POD_NAMESPACE), which is the release namesp
 {{- range .Values.prepVolumeTypes }}
 - {{ printf "--prep-volume-type=%s" . | quote }}
 {{- end }}
+{{- range .Values.prepStorageClasses }}
+- {{ printf "--prep-storage-class=%s" . | quote }}
+{{- end }}
 - --pod-security-default={{ .Values.podSecurityDefault }}
 {{- if .Values.workloadKinds.extra }}
 - --workload-kinds={{ include "modelgate.workloadKindsPath" . }}

@@ -13,7 +13,8 @@
 //!   object as it reaches validation: a `runAsUser` outside `1..2147483647`, a
 //!   `runAsGroup`/`fsGroup` outside `0..2147483647`, a container other than the canonical prep
 //!   container (§4, matched exactly, rendered by the webhook's own functions) whose effective
-//!   `runAsNonRoot` is not `true`; on controller templates (§11) and the complete templates of
+//!   `runAsNonRoot` is not `true` (on an ephemeral-container update, only of the ephemeral
+//!   containers `oldObject` lacks); on controller templates (§11) and the complete templates of
 //!   the workload-kind table's custom resources (§12) only the ranges;
 //! - one binding, `validationActions: [Deny]`, selecting the namespaces in `enforce` (§9) by the
 //!   webhooks' own namespace selection.
@@ -656,7 +657,15 @@ fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String
                     .join(", ")
             ),
         ),
-        ("podRanges".into(), pod_ranges("variables.pod", "variables.specPath")),
+        // The pod-level ids: fixed when the pod was created, and judged then (an
+        // ephemeral-container update judges only its new containers).
+        (
+            "podRanges".into(),
+            format!(
+                "{EPHEMERAL_UPDATE} ? [] : ({})",
+                pod_ranges("variables.pod", "variables.specPath")
+            ),
+        ),
     ];
     // Per container list, the containers each rule finds: a filter each, no string built.
     for list in LISTS {
@@ -664,6 +673,33 @@ fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String
     }
     for list in LISTS {
         v.push((list_variable("nonRoot", list), non_root_records(list)));
+    }
+    // On an ephemeral-container update, the stored pod's ephemeral containers are not judged
+    // again (the webhook's `EphemeralScope`): what each rule finds among them, by name, then
+    // among the others. The API server keeps the stored ones unchanged on this subresource but
+    // not in their order, so they are told apart by name, never by index.
+    v.push((
+        STORED_EPHEMERAL.into(),
+        format!("{EPHEMERAL_UPDATE} ? oldObject.?spec.?ephemeralContainers.orValue([]) : []"),
+    ));
+    for (rule, bad) in [
+        ("range", container_out_of_range("c")),
+        ("nonRoot", NON_ROOT_BAD.to_string()),
+    ] {
+        v.push((
+            stored_variable(rule),
+            format!("variables.{STORED_EPHEMERAL}.filter(c, {bad}).map(c, c.name)"),
+        ));
+    }
+    for rule in ["range", "nonRoot"] {
+        v.push((
+            new_variable(rule),
+            format!(
+                "variables.{}.filter(c, !(c.name in variables.{}))",
+                list_variable(rule, "ephemeralContainers"),
+                stored_variable(rule)
+            ),
+        ));
     }
     // One variable per row of the table: each is small and compiled on its own, whatever
     // `--workload-kinds` adds.
@@ -958,6 +994,25 @@ fn container_out_of_range(c: &str) -> String {
     format!("has({c}.securityContext) && ({})", any.join(" || "))
 }
 
+/// A Pod UPDATE of the `ephemeralcontainers` subresource.
+const EPHEMERAL_UPDATE: &str = "variables.subResource == 'ephemeralcontainers'";
+
+/// The stored pod's ephemeral containers on an ephemeral-container update (`oldObject`, which
+/// leaves the field out when it is empty), else none.
+const STORED_EPHEMERAL: &str = "storedEphemeralContainers";
+
+/// The variable that holds the names of the stored ephemeral containers that `rule` finds:
+/// `rangeStoredEphemeralContainers`, `nonRootStoredEphemeralContainers`.
+fn stored_variable(rule: &str) -> String {
+    format!("{rule}StoredEphemeralContainers")
+}
+
+/// The variable that holds the ephemeral containers that `rule` finds and the stored pod does
+/// not have: `rangeNewEphemeralContainers`, `nonRootNewEphemeralContainers`.
+fn new_variable(rule: &str) -> String {
+    format!("{rule}NewEphemeralContainers")
+}
+
 /// The variable that holds what `rule` finds in `list`: `rangeInitContainers`, ….
 fn list_variable(rule: &str, list: &str) -> String {
     let mut chars = list.chars();
@@ -976,32 +1031,34 @@ fn containers_where(list: &str, judged: &str, bad: &str) -> String {
     format!("{judged} ? variables.pod.{list}.filter(c, {exempt}{bad}) : []")
 }
 
+/// Whether `list` is judged: it is there, and it is not the init or regular containers of an
+/// ephemeral-container update (fixed when the pod was created, and judged then).
+fn list_judged(list: &str) -> String {
+    match list {
+        "ephemeralContainers" => format!("has(variables.pod.{list})"),
+        _ => format!("variables.subResource != 'ephemeralcontainers' && has(variables.pod.{list})"),
+    }
+}
+
 /// The containers of `list` with an id outside its range.
 fn range_records(list: &str) -> String {
-    containers_where(
-        list,
-        &format!("has(variables.pod.{list})"),
-        &container_out_of_range("c"),
-    )
+    containers_where(list, &list_judged(list), &container_out_of_range("c"))
 }
 
 const NON_ROOT_OWN: &str = "has(c.securityContext) && has(c.securityContext.runAsNonRoot)";
+
+/// Container `c`'s effective runAsNonRoot (its own, else the pod's) is not `true`.
+const NON_ROOT_BAD: &str = "!(has(c.securityContext) && has(c.securityContext.runAsNonRoot) \
+     ? c.securityContext.runAsNonRoot == true : variables.podNonRoot)";
 
 /// Every container of a Pod or Job, the canonical prep aside, whose effective runAsNonRoot
 /// (its own, else the pod's) is not `true`. A controller's pods get it from the mutation when
 /// they are created; an ephemeral-container update judges only the ephemeral containers (the
 /// others are immutable and already run).
 fn non_root_records(list: &str) -> String {
-    let bad = format!(
-        "!({NON_ROOT_OWN} ? c.securityContext.runAsNonRoot == true : variables.podNonRoot)"
-    );
-    let judged = match list {
-        "ephemeralContainers" => format!("has(variables.pod.{list})"),
-        _ => format!("variables.subResource != 'ephemeralcontainers' && has(variables.pod.{list})"),
-    };
     format!(
         "variables.tableKind || variables.controller ? [] : ({})",
-        containers_where(list, &judged, &bad)
+        containers_where(list, &list_judged(list), NON_ROOT_BAD)
     )
 }
 
@@ -1016,13 +1073,18 @@ fn non_root_finding(c: &str) -> String {
 }
 
 /// Per container list, the first [`NAMED_FINDINGS`] containers `rule` found (its list
-/// variables) with their `findings` (a function of the container's CEL name), each naming the
-/// field by the container's index, then how many more containers of the list there are.
+/// variables; of the ephemeral containers, those the stored pod does not have) with their
+/// `findings` (a function of the container's CEL name), each naming the field by the
+/// container's index, then how many more containers of the list there are.
 fn named(rule: &str, findings: impl Fn(&str) -> String) -> String {
     let mark = cel_string(&CONTAINER_MARK.to_string());
-    let mut parts = Vec::new();
+    let mut lists = Vec::new();
     for list in LISTS {
-        let found = format!("variables.{}", list_variable(rule, list));
+        let found = match list {
+            "ephemeralContainers" => format!("variables.{}", new_variable(rule)),
+            _ => format!("variables.{}", list_variable(rule, list)),
+        };
+        let mut parts = Vec::new();
         for i in 0..NAMED_FINDINGS {
             parts.push(format!(
                 "(size({found}) > {i} ? [({}).join('; ').replace({mark}, variables.specPath \
@@ -1036,17 +1098,46 @@ fn named(rule: &str, findings: impl Fn(&str) -> String) -> String {
              + string(size({found}) - {n}) + ' more containers'] : [])",
             n = NAMED_FINDINGS
         ));
+        let parts = parts.join(" + ");
+        if list != "ephemeralContainers" {
+            lists.push(parts);
+            continue;
+        }
+        // Telling the new ones by name costs the product of the found and the stored; past
+        // [`MAX_NAME_LOOKUPS`] (a pod with hundreds of stored root debug containers) the list
+        // is named with how many new ones there are, not which.
+        let (all, stored) = (
+            format!("variables.{}", list_variable(rule, list)),
+            format!("variables.{}", stored_variable(rule)),
+        );
+        lists.push(format!(
+            "(size({all}) * size({stored}) <= {MAX_NAME_LOOKUPS} ? {parts} \
+             : (size({all}) > size({stored}) ? [variables.specPath + '.{list}: ' \
+             + string(size({all}) - size({stored})) + ' of the containers this update adds'] \
+             : []))"
+        ));
     }
-    parts.join(" + ")
+    lists.join(" + ")
 }
 
-/// `size(v1) + size(v2) + …` of what `rule` found in every container list.
+/// The most name comparisons a message makes to tell the new ephemeral containers a rule finds
+/// from the stored ones: one costs about 1 in kube-apiserver's CEL, and a message expression
+/// may cost 1 000 000.
+const MAX_NAME_LOOKUPS: usize = 200_000;
+
+/// `size(v1) + size(v2) + …` of what `rule` found in every container list, less what it found
+/// among the stored pod's ephemeral containers. The API server validates the update before
+/// admission policies run: every stored ephemeral container is in `object`, unchanged, and
+/// names are unique, so the difference is exactly how many of the others it found. Linear,
+/// where telling each found container's name against the stored ones (the message's list,
+/// [`new_variable`]) costs the product of their numbers.
 fn found_count(rule: &str) -> String {
-    LISTS
+    let lists = LISTS
         .iter()
         .map(|list| format!("size(variables.{})", list_variable(rule, list)))
         .collect::<Vec<_>>()
-        .join(" + ")
+        .join(" + ");
+    format!("{lists} - size(variables.{})", stored_variable(rule))
 }
 
 /// A message (a CEL string expression) cut to fit the API server's limit.

@@ -118,9 +118,34 @@ pub struct PolicyConfig {
     /// default: only claims and claim templates do (docs/policy.md, §4).
     pub prep_volume_types: Vec<String>,
 
+    /// When not empty, only claims of these storage classes get the prep (docs/policy.md,
+    /// "Claims whose volume the tenant picked").
+    pub prep_storage_classes: Vec<String>,
+
+    /// How a claim the cluster state does not have is taken: set by the command, not a flag.
+    pub absent_claims: AbsentClaims,
+
     /// The kinds whose pod templates are judged at apply time, and where the templates are
     /// (SPEC.md §11, §12): the rows shipped, plus `--workload-kinds`.
     pub workload_kinds: Arc<WorkloadKinds>,
+}
+
+/// `--prep-volume-type prebound`: claims bound by name to a volume (or choosing one by
+/// selector) may get the prep.
+pub const PREBOUND: &str = "prebound";
+
+/// How a claim the cluster state does not have is taken, for the prep (docs/policy.md,
+/// "Claims whose volume the tenant picked"). Each command sets it for where its claims come
+/// from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AbsentClaims {
+    /// The claims are the cluster's (`serve`, `audit --from-cluster`): one that is not there does
+    /// not exist, and could still be created bound to a volume of the tenant's choosing.
+    Missing,
+    /// The claims are what files gave (`review`, `audit` of files), or none are known: one that
+    /// is not there is taken as provisioned, and a note says so.
+    #[default]
+    Provisioned,
 }
 
 impl Default for PolicyConfig {
@@ -140,6 +165,8 @@ impl Default for PolicyConfig {
             default_mode: Mode::Enforce,
             prep_host_paths: Vec::new(),
             prep_volume_types: Vec::new(),
+            prep_storage_classes: Vec::new(),
+            absent_claims: AbsentClaims::Provisioned,
             pod_security_default: PodSecurityLevel::Privileged,
             workload_kinds: WorkloadKinds::defaults(),
         }

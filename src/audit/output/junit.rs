@@ -1,5 +1,6 @@
-//! `audit -o junit`: a suite per namespace, a case per object, a failure per denial, in the
-//! JUnit XML format that `review` writes too ([`crate::junit`]).
+//! `audit -o junit`: a suite per namespace, a case per object, a failure per denial (a rule that
+//! only warns is the case's output, never a failure), in the JUnit XML format that `review`
+//! writes too ([`crate::junit`]).
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -22,7 +23,16 @@ impl Report {
                 classname: e.origin.clone(),
                 name: format!("{} {}/{}", e.kind.as_str(), e.namespace, e.name),
                 failure: e.message.clone(),
-                output: (!e.changes.is_empty()).then(|| e.changes.join("\n")),
+                output: {
+                    // The changes enforcing would make, then what a rule that only warns found.
+                    let lines: Vec<&str> = e
+                        .changes
+                        .iter()
+                        .chain(&e.warnings)
+                        .map(String::as_str)
+                        .collect();
+                    (!lines.is_empty()).then(|| lines.join("\n"))
+                },
             });
         }
         suites.into_values().collect()

@@ -1,4 +1,5 @@
-//! `audit -o table` (the default): counts per namespace and per rule, then each denial.
+//! `audit -o table` (the default): counts per namespace and per rule, then each denial, then
+//! each finding of a rule that only warns.
 
 use crate::audit::{Counts, Report};
 use crate::policy::Rule;
@@ -27,7 +28,8 @@ impl Report {
             "DENIED".into(),
             "UNCHANGED".into(),
         ]];
-        for rule in Rule::ALL {
+        // A rule that only warns patches and denies nothing: its findings are listed below.
+        for rule in Rule::ALL.into_iter().filter(|r| !r.warns_only()) {
             let counts = self.rules.get(rule.as_str()).copied().unwrap_or_default();
             rows.push(count_row(
                 &format!("{} ({})", rule.as_str(), rule.section()),
@@ -45,6 +47,20 @@ impl Report {
                     d.name,
                     d.origin,
                     d.message
+                ));
+            }
+        }
+        if !self.warnings.is_empty() {
+            out.push_str(&format!("\nWARNINGS ({}):\n", self.warnings.len()));
+            for w in &self.warnings {
+                out.push_str(&format!(
+                    "{} {}/{} ({}): {}: {}\n",
+                    w.kind.as_str(),
+                    w.namespace,
+                    w.name,
+                    w.origin,
+                    w.rule,
+                    w.message
                 ));
             }
         }

@@ -270,10 +270,7 @@ fn caches() -> CacheIndex {
         "n1",
         [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
     );
-    let bound = PvcState {
-        phase: PvcPhase::Bound,
-        deleting: false,
-    };
+    let bound = PvcState::provisioned(PvcPhase::Bound);
     index.upsert_pvc("team-b", "llama-gpu", bound);
     index
 }

@@ -61,8 +61,10 @@ pub struct Request {
     pub dry_run: bool,
     pub object: Option<Box<RawValue>>,
     /// `oldObject` of an UPDATE of any kind but a Job (a kind of the workload-kind table, whose
-    /// unchanged templates are allowed untouched; a Pod, whose prep container is compared);
-    /// `None` for a Job and for a Pod's subresources.
+    /// unchanged templates are allowed untouched; a Pod, whose prep container is compared; a
+    /// Pod's `ephemeralcontainers`, whose stored ephemeral containers are not judged again);
+    /// `None` for a Job and for a Pod's other subresources. Kept as text: its views are built
+    /// only where a rule reads it, within the bound of one object, as the object's are.
     pub old_object: Option<Box<RawValue>>,
 }
 
@@ -413,10 +415,14 @@ impl Request {
         // templates are judged on UPDATE keep the old object, to compare the templates.
         let kind = workload_kind(&head.kind.group, &head.kind.version, &head.kind.kind);
         let mutated = kind.is_some_and(WorkloadKind::is_mutated);
-        // A Pod UPDATE of the main resource keeps it too: its prep container is compared.
+        // A Pod UPDATE of the main resource keeps it too: its prep container is compared; and
+        // one of `ephemeralcontainers`: only the ephemeral containers it lacks are judged.
         let pod_update = kind == Some(WorkloadKind::Pod)
             && operation == "UPDATE"
-            && head.sub_resource.as_deref().is_none_or(str::is_empty);
+            && matches!(
+                head.sub_resource.as_deref(),
+                None | Some("" | "ephemeralcontainers")
+            );
         Request {
             old_object: head
                 .old_object
@@ -547,6 +553,7 @@ impl Request {
             mode: decision.mode,
             result: decision.result,
             model_cache: decision.model_cache,
+            claim_to_read: decision.claim_to_read.clone(),
             error: None,
         }
     }

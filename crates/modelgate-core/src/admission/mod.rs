@@ -32,7 +32,7 @@ use crate::config::PolicyConfig;
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, JobView, ObjectMetaView, PodTemplateOf, PodView};
-use crate::policy::{self, Caches, Denial, Mutation, Rule, Workload};
+use crate::policy::{self, Caches, Denial, EphemeralScope, Mutation, Rule, Workload};
 
 /// Which webhook endpoint is answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,9 +82,15 @@ pub struct Decision {
     /// What a denial names, in the order of its message, with each field's rule, so that
     /// offline tools can count by rule and point at the fields in the user's file.
     pub violations: Vec<policy::Violation>,
+    /// What the answer warns of without denying (the rules that only warn, such as
+    /// `root-equivalent`), with each field's rule, for reports such as `audit`.
+    pub findings: policy::Findings,
     /// The object's namespace and name (or generateName), for logs, once it is decoded.
     pub object_namespace: Option<String>,
     pub object_name: Option<String>,
+    /// The claim of the object's namespace that the decision took as missing because the
+    /// cluster state does not have it (yet): `serve` reads it and decides again.
+    pub claim_to_read: Option<String>,
 }
 
 impl Decision {
@@ -139,6 +145,8 @@ pub struct Summary {
     pub model_cache: Option<Resolved>,
     /// Why the request could not be handled as an admission (for error metrics).
     pub error: Option<&'static str>,
+    /// [`Decision::claim_to_read`], in [`Summary::namespace`].
+    pub claim_to_read: Option<String>,
 }
 
 /// The encoded answer: the HTTP status and body, plus the summary for logs and metrics.
@@ -303,14 +311,37 @@ fn decide_unbounded(
         return d;
     }
     let ns_mode = ctx.namespaces.mode(namespace, ctx.config.default_mode);
+    let mut decision_claim = None;
     let mut decision = if ns_mode.mode == Mode::Off {
         mode::off()
     } else {
         let restricted = ctx
             .namespaces
             .enforces_restricted(namespace, ctx.config.pod_security_default);
+        let claim_to_read = &mut decision_claim;
+        // An ephemeral-container update judges only the ephemeral containers the stored pod
+        // does not have; without an old object that reads as a Pod, the whole pod
+        // (docs/policy.md, "Ephemeral containers (`kubectl debug`)").
+        let stored = req
+            .old_object
+            .as_deref()
+            .filter(|_| ephemeral_update)
+            .and_then(|old| policy::StoredEphemeral::decode(old.get()));
+        let ephemeral = ephemeral_update.then_some(match &stored {
+            Some(stored) => EphemeralScope::NewOnly(stored),
+            None => EphemeralScope::WholePod,
+        });
+        let mut root_equivalent = policy::Findings::default();
+        let found = &mut root_equivalent;
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
-            let workload = d.workload(namespace, restricted)?;
+            let workload = d.workload(namespace, restricted, ctx.caches.index())?;
+            if create {
+                *claim_to_read = policy::claim_to_read(&workload, ctx.config).map(str::to_string);
+            }
+            // Warned of by `/validate` only (policy::root_equivalent says why).
+            if webhook == Webhook::Validate && !pod_update {
+                *found = policy::root_equivalent::check(&workload, ephemeral);
+            }
             if pod_update {
                 return policy::validate_pod_update(
                     &workload,
@@ -325,21 +356,33 @@ fn decide_unbounded(
                     let Some(object) = raw.or_else(|| decode::raw_object(body)) else {
                         // Decoded from this body, so its text is there; judging the object
                         // as it came is the honest fallback.
-                        return judge(Webhook::Validate, ephemeral_update, &workload, ctx);
+                        return judge(Webhook::Validate, ephemeral, &workload, ctx);
                     };
-                    validate_as_enforced(kind, object, ephemeral_update, &workload, ctx)
+                    validate_as_enforced(kind, object, ephemeral, &workload, ctx)
                 }
-                _ => judge(webhook, ephemeral_update, &workload, ctx),
+                _ => judge(webhook, ephemeral, &workload, ctx),
             }
         });
-        mode::answer(ns_mode, verdict)
+        let mut d = mode::answer(ns_mode, verdict);
+        add_findings(&mut d, root_equivalent);
+        d
     };
     decision.object_namespace = Some(namespace.to_string());
     decision.object_name = decoded
         .as_ref()
         .ok()
         .and_then(|d| d.name().map(str::to_string));
+    decision.claim_to_read = decision_claim;
     decision
+}
+
+/// A warn-only rule's findings on the answer: as warnings where the mode shows warnings
+/// (`enforce`, `warn`), and on the decision for reports, whatever the verdict.
+fn add_findings(d: &mut Decision, findings: policy::Findings) {
+    if matches!(d.mode, Some(Mode::Enforce | Mode::Warn)) {
+        d.warnings.extend(findings.warnings());
+    }
+    d.findings = findings;
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.
@@ -381,10 +424,11 @@ pub(super) fn namespace_of(request: &str, object: Option<&str>) -> NamespaceOf {
     }
 }
 
-/// The policy's verdict for one webhook, as `enforce` applies it.
+/// The policy's verdict for one webhook, as `enforce` applies it; `ephemeral_update` says which
+/// containers a `pods/ephemeralcontainers` update judges (`None` for any other request).
 fn judge(
     webhook: Webhook,
-    ephemeral_update: bool,
+    ephemeral_update: Option<EphemeralScope>,
     workload: &Workload,
     ctx: &Context,
 ) -> mode::Verdict {
@@ -392,8 +436,10 @@ fn judge(
         Webhook::Validate => {
             policy::validate(workload, ctx.config, ephemeral_update).map(|()| Mutation::default())
         }
-        Webhook::Mutate if ephemeral_update => policy::mutate_ephemeral(workload, ctx.config),
-        Webhook::Mutate => policy::mutate_create(workload, ctx.config, ctx.caches),
+        Webhook::Mutate => match ephemeral_update {
+            Some(scope) => policy::mutate_ephemeral(workload, ctx.config, scope),
+            None => policy::mutate_create(workload, ctx.config, ctx.caches),
+        },
     }
 }
 
@@ -402,7 +448,7 @@ fn judge(
 fn validate_as_enforced(
     kind: WorkloadKind,
     object: &RawValue,
-    ephemeral_update: bool,
+    ephemeral_update: Option<EphemeralScope>,
     workload: &Workload,
     ctx: &Context,
 ) -> mode::Verdict {
@@ -415,7 +461,7 @@ fn validate_mutated(
     kind: WorkloadKind,
     object: &RawValue,
     mutation: Mutation,
-    ephemeral_update: bool,
+    ephemeral_update: Option<EphemeralScope>,
     workload: &Workload,
     ctx: &Context,
 ) -> mode::Verdict {
@@ -430,7 +476,11 @@ fn validate_mutated(
         return judge(Webhook::Validate, ephemeral_update, workload, ctx);
     };
     let decoded = DecodedObject::decode(kind, &patched)?;
-    let workload = decoded.workload(workload.namespace, workload.restricted_namespace)?;
+    let workload = decoded.workload(
+        workload.namespace,
+        workload.restricted_namespace,
+        workload.claims,
+    )?;
     judge(Webhook::Validate, ephemeral_update, &workload, ctx)
 }
 
@@ -566,6 +616,7 @@ impl<'a> DecodedObject<'a> {
         &'w self,
         namespace: &'w str,
         restricted_namespace: bool,
+        claims: impl Into<Option<&'w crate::cache::CacheIndex>>,
     ) -> Result<Workload<'w>, Denial> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
@@ -585,6 +636,8 @@ impl<'a> DecodedObject<'a> {
         Ok(Workload {
             namespace,
             restricted_namespace,
+            claims: claims.into(),
+            prep_withheld: Default::default(),
             annotations: metadata.and_then(|m| m.annotations.as_ref()),
             labels: metadata.and_then(|m| m.labels.as_ref()),
             has_metadata: metadata.is_some(),
@@ -609,3 +662,9 @@ mod template_tests;
 
 #[cfg(test)]
 mod bound_tests;
+
+#[cfg(test)]
+mod ephemeral_tests;
+
+#[cfg(test)]
+mod claim_tests;

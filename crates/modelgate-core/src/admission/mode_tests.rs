@@ -513,7 +513,11 @@ fn restricted_namespaces_get_no_root_prep_and_run_as_the_cache_owner() {
     let a = run(Webhook::Mutate, "ns-plain", cache_pod());
     let pod = patched(&cache_pod(), &a.patch);
     assert_eq!(pod["spec"]["initContainers"][0]["name"], "model-cache-prep");
-    assert!(a.warnings().is_empty());
+    // The only word: its claim is not among the objects given, and is taken as provisioned.
+    let [note] = &a.warnings()[..] else {
+        panic!("{:?}", a.warnings())
+    };
+    assert!(note.starts_with("claim "), "{note}");
 
     // A pod that brings its own root prep into a restricted namespace is refused.
     let mut own = cache_pod();
@@ -609,10 +613,7 @@ fn a_long_model_uri_is_shortened_so_the_cache_name_survives() {
             )
             .downloaded_on(&["n1"]),
         );
-        let bound = crate::cache::PvcState {
-            phase: crate::cache::PvcPhase::Bound,
-            deleting: false,
-        };
+        let bound = crate::cache::PvcState::provisioned(crate::cache::PvcPhase::Bound);
         index.upsert_pvc(ns, format!("{long_name}-workers"), bound);
     }
     index.upsert_node_group("workers", None);

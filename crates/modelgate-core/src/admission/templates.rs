@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 
 use super::kinds::{Completeness, KindEntry, Shape, Step};
 use super::{Context, DECODE_ADVICE, Decision, MAX_WARNING_LEN, Request, Webhook, judge, mode};
+use crate::cache::CacheIndex;
 use crate::namespaces::Mode;
 use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, ObjectMetaView, Str};
@@ -416,6 +417,7 @@ impl<'a> TemplateView<'a> {
         at: &FieldPath,
         namespace: &'w str,
         restricted_namespace: bool,
+        claims: &'w CacheIndex,
     ) -> Option<Workload<'w>> {
         let (metadata, spec, spec_path) = match self {
             TemplateView::Template(t) => (t.metadata.as_ref(), t.spec.as_ref()?, at.key("spec")),
@@ -424,6 +426,8 @@ impl<'a> TemplateView<'a> {
         Some(Workload {
             namespace,
             restricted_namespace,
+            claims: Some(claims),
+            prep_withheld: Default::default(),
             annotations: metadata.and_then(|m| m.annotations.as_ref()),
             labels: metadata.and_then(|m| m.labels.as_ref()),
             has_metadata: metadata.is_some(),
@@ -686,17 +690,17 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
         unstorable: f.too_large,
         denial: undecodable(entry, &at, f),
     })?;
-    let Some(workload) = decoded.workload(&at, namespace, restricted) else {
+    let Some(workload) = decoded.workload(&at, namespace, restricted, ctx.caches.index()) else {
         return Ok(None);
     };
     if template.completeness == Completeness::Partial {
         return Ok(policy::validate_present(&workload, ctx.config).map(|()| None)?);
     }
     // The template as its pods will be created: mutated in memory, then judged.
-    let mutation = judge(Webhook::Mutate, false, &workload, ctx)?;
+    let mutation = judge(Webhook::Mutate, None, &workload, ctx)?;
     if mutation.patch.is_empty() {
         let miss = mutation.miss_warning;
-        return Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?);
+        return Ok(judge(Webhook::Validate, None, &workload, ctx).map(|_| miss)?);
     }
     // Only the patch and the miss are kept: the account of the changes goes now.
     let Mutation {
@@ -716,15 +720,15 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
     // enforced, the template is judged as it came, as its pods will be created); one that does
     // not apply would be a bug, and judging the template as it came is the honest fallback.
     let Some(patched) = apply::apply(found.raw.get(), &patch, &at.pointer()) else {
-        return Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?);
+        return Ok(judge(Webhook::Validate, None, &workload, ctx).map(|_| miss)?);
     };
     // The template as it came is judged no more: its views go before the patched one's come.
     drop(workload);
     drop(decoded);
     drop(patch);
     let decoded = TemplateView::decode(shape, &patched).map_err(|f| undecodable(entry, &at, f))?;
-    match decoded.workload(&at, namespace, restricted) {
-        Some(workload) => Ok(judge(Webhook::Validate, false, &workload, ctx).map(|_| miss)?),
+    match decoded.workload(&at, namespace, restricted, ctx.caches.index()) {
+        Some(workload) => Ok(judge(Webhook::Validate, None, &workload, ctx).map(|_| miss)?),
         None => Ok(miss),
     }
 }

@@ -885,17 +885,14 @@ fn caches() -> CacheIndex {
         ]
         .into(),
     );
-    let bound = PvcState {
-        phase: PvcPhase::Bound,
-        deleting: false,
-    };
+    let bound = PvcState::provisioned(PvcPhase::Bound);
     for (ns, pvc) in [
         ("team-a", "mine-workers"),
         ("team-b", "theirs-workers"),
         ("team-c", "llama-workers"),
         ("team-c", "llama-gpu"),
     ] {
-        idx.upsert_pvc(ns, pvc, bound);
+        idx.upsert_pvc(ns, pvc, bound.clone());
     }
     idx
 }

@@ -132,7 +132,7 @@ impl Converted {
                 namespace,
                 name,
                 state,
-            } => index.upsert_pvc(namespace.clone(), name.clone(), *state),
+            } => index.upsert_pvc(namespace.clone(), name.clone(), state.clone()),
             Converted::Node { name, labels } => index.upsert_node(name.clone(), labels.clone()),
         }
     }
@@ -377,8 +377,7 @@ pub fn convert_bounded(
             if metadata.namespace.as_deref().unwrap_or("").is_empty() {
                 return Err("has no metadata.namespace".into());
             }
-            let phase = obj.data.pointer("/status/phase").and_then(|p| p.as_str());
-            let state = pvc_state(&metadata, phase);
+            let state = pvc_state(&metadata, &obj.data);
             return Ok((
                 Converted::Pvc {
                     namespace: metadata.namespace.clone().unwrap_or_default().into(),
@@ -594,7 +593,8 @@ mod tests {
                 name: "llama-gpu".into(),
                 state: PvcState {
                     phase: crate::cache::PvcPhase::Bound,
-                    deleting: true
+                    deleting: true,
+                    ..PvcState::default()
                 }
             }
         );
@@ -875,6 +875,7 @@ mod tests {
                     phase: [crate::cache::PvcPhase::Bound, crate::cache::PvcPhase::Lost]
                         [r(2) as usize],
                     deleting: r(4) == 0,
+                    ..PvcState::default()
                 },
             },
             Kind::Node => Converted::Node {
@@ -954,10 +955,7 @@ mod tests {
             Converted::Pvc {
                 namespace: "x".into(),
                 name: "shared-g".into(),
-                state: PvcState {
-                    phase: crate::cache::PvcPhase::Bound,
-                    deleting: false,
-                },
+                state: PvcState::provisioned(crate::cache::PvcPhase::Bound),
             },
         ];
         let mut files = CacheIndex::new();

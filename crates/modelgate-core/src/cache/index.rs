@@ -284,12 +284,13 @@ impl CacheEntry {
 }
 
 /// `status.phase` of a PVC, as far as routing cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PvcPhase {
     Pending,
     Bound,
     Lost,
     /// No phase reported yet, or one this code does not know.
+    #[default]
     Unknown,
 }
 
@@ -304,12 +305,32 @@ impl PvcPhase {
     }
 }
 
-/// What the index keeps of a PersistentVolumeClaim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the index keeps of a PersistentVolumeClaim: what routing checks before it mounts one,
+/// and what decides whether a cache volume on it may get the root prep (docs/policy.md,
+/// "Claims whose volume the tenant picked").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PvcState {
     pub phase: PvcPhase,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// Whoever wrote the claim chose its volume: `spec.volumeName` set by the claim's author (not
+    /// by the PV controller, which marks its own bindings `pv.kubernetes.io/bound-by-controller`),
+    /// or a `spec.selector` that picks among existing volumes.
+    pub picked: bool,
+    /// `spec.storageClassName` (shared: a cluster has a handful of classes).
+    pub storage_class: Option<Arc<str>>,
+}
+
+impl PvcState {
+    /// A claim in `phase`, not being deleted, whose volume the cluster chose.
+    pub const fn provisioned(phase: PvcPhase) -> Self {
+        PvcState {
+            phase,
+            deleting: false,
+            picked: false,
+            storage_class: None,
+        }
+    }
 }
 
 /// Why a model is not mounted from a cache (the `modelgate.io/model-cache-reason` annotation and
@@ -725,6 +746,9 @@ struct Scope {
     /// length of a key of `by_uri` → how many keys have it: the only prefix lengths of a model
     /// URI that can match, so a lookup hashes no other prefix.
     uri_lengths: PMap<usize, usize>,
+    /// `spec.pvcRef` → how many caches of the scope name that claim: a claim a cache owns is
+    /// found without a walk of the scope's caches.
+    pvc_refs: PMap<Arc<str>, usize>,
 }
 
 impl Scope {
@@ -732,6 +756,11 @@ impl Scope {
         self.remove(&entry.name);
         self.by_name
             .insert(entry.name.as_str().into(), entry.clone());
+        if let CacheStorage::PvcRef(claim) = &entry.storage {
+            *self
+                .pvc_refs
+                .get_or_insert_with(claim.as_str().into(), || 0) += 1;
+        }
         let uri = trim_uri(&entry.source_model_uri);
         match self.by_uri.get_mut(uri) {
             Some(same) => same.insert(entry),
@@ -747,6 +776,16 @@ impl Scope {
         let Some(old) = self.by_name.remove(name) else {
             return false;
         };
+        if let CacheStorage::PvcRef(claim) = &old.storage {
+            match self.pvc_refs.get(claim.as_str()).copied() {
+                Some(1) | None => {
+                    self.pvc_refs.remove(claim.as_str());
+                }
+                Some(n) => {
+                    self.pvc_refs.insert(claim.as_str().into(), n - 1);
+                }
+            }
+        }
         let key = trim_uri(&old.source_model_uri);
         let emptied = self
             .by_uri
@@ -766,6 +805,26 @@ impl Scope {
 
     fn len(&self) -> usize {
         self.by_name.len()
+    }
+
+    /// The cache of this scope whose storage is `claim`: a `pvcRef`, or the
+    /// `<cache>-<nodegroup>` claim KServe makes for a node group of the cache. Every split of the
+    /// name at a `-` is one lookup: at most one per byte of the name, whatever the scope holds.
+    fn owner_of_claim(&self, claim: &str) -> Option<&Arc<CacheEntry>> {
+        if self.pvc_refs.get(claim).is_some() {
+            return self
+                .entries()
+                .find(|e| e.storage == CacheStorage::PvcRef(claim.into()));
+        }
+        claim.match_indices('-').find_map(|(at, _)| {
+            let (cache, group) = (&claim[..at], &claim[at + 1..]);
+            let entry = self.by_name.get(cache)?;
+            entry
+                .node_groups()
+                .iter()
+                .any(|g| g == group)
+                .then_some(entry)
+        })
     }
 
     fn entries(&self) -> impl Iterator<Item = &Arc<CacheEntry>> {
@@ -1088,6 +1147,23 @@ impl CacheIndex {
         removed
     }
 
+    /// The claim `namespace/name`, if the index has it.
+    pub fn pvc(&self, namespace: &str, name: &str) -> Option<&PvcState> {
+        self.pvcs.get(namespace)?.get(name)
+    }
+
+    /// The cache, of `namespace` or the cluster, whose storage is the claim `namespace/name`
+    /// (its `pvcRef`, or KServe's `<cache>-<nodegroup>` claim): the node's or a team's shared
+    /// model store, whose owner must not be changed for one pod.
+    pub fn cache_owning_claim(&self, namespace: &str, name: &str) -> Option<&CacheEntry> {
+        let own = self
+            .namespaces
+            .get(namespace)
+            .and_then(|s| s.owner_of_claim(name));
+        own.or_else(|| self.cluster.owner_of_claim(name))
+            .map(|e| &**e)
+    }
+
     pub fn has_pvc(&self, namespace: &str, name: &str) -> bool {
         self.pvcs
             .get(namespace)
@@ -1108,7 +1184,7 @@ impl CacheIndex {
         }
         for (ns, claims) in other.pvcs.iter() {
             for (name, state) in claims.iter() {
-                self.upsert_pvc(ns.clone(), name.clone(), *state);
+                self.upsert_pvc(ns.clone(), name.clone(), state.clone());
             }
         }
     }

@@ -118,10 +118,26 @@ pub struct LocalModelNodeGroupSpec {
     pub persistent_volume_spec: Option<PersistentVolumeSpec>,
 }
 
-/// A PVC's state from its metadata and `status.phase`.
-pub(crate) fn pvc_state(metadata: &kube::core::ObjectMeta, phase: Option<&str>) -> PvcState {
+/// The annotation the PV controller puts on a claim it bound itself (to a volume it chose or
+/// provisioned). A `spec.volumeName` without it was written by whoever wrote the claim.
+pub(crate) const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+
+/// A PVC's state from its metadata and the rest of the object (`spec`, `status.phase`).
+pub(crate) fn pvc_state(metadata: &kube::core::ObjectMeta, object: &serde_json::Value) -> PvcState {
+    let text = |pointer: &str| object.pointer(pointer).and_then(|v| v.as_str());
+    let by_controller = metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BOUND_BY_CONTROLLER))
+        .is_some_and(|v| v == "yes");
+    let named = text("/spec/volumeName").is_some_and(|v| !v.is_empty());
+    let selects = object
+        .pointer("/spec/selector")
+        .is_some_and(|s| !s.is_null());
     PvcState {
-        phase: PvcPhase::parse(phase),
+        phase: PvcPhase::parse(text("/status/phase")),
         deleting: metadata.deletion_timestamp.is_some(),
+        picked: (named && !by_controller) || selects,
+        storage_class: text("/spec/storageClassName").map(Into::into),
     }
 }

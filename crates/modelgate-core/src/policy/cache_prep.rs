@@ -7,13 +7,13 @@ use serde::Serialize;
 use super::view::VolumeView;
 use super::workload::Workload;
 use super::{Denial, Rule};
-use crate::config::{PREP_CONTAINER, PolicyConfig, PrepMode};
+use crate::config::{AbsentClaims, PREBOUND, PREP_CONTAINER, PolicyConfig, PrepMode};
 
 /// Per-pod override of `--cache-volume`.
 pub(crate) const CACHE_VOLUME_ANNOTATION: &str = "modelgate.io/cache-volume";
 
 /// The name of the pod's writable model cache volume.
-pub(super) fn cache_volume_name<'a>(w: &Workload<'a>, cfg: &'a PolicyConfig) -> &'a str {
+pub(super) fn cache_volume_name<'s>(w: &'s Workload<'_>, cfg: &'s PolicyConfig) -> &'s str {
     w.annotation(CACHE_VOLUME_ANNOTATION)
         .unwrap_or(cfg.cache_volume.as_str())
 }
@@ -95,7 +95,8 @@ pub(super) fn disallowed_inline_source<'a>(
 }
 
 /// Why this pod gets no prep although `--model-cache-prep=always` and it mounts the cache.
-enum Withheld<'a> {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Withheld<'a> {
     /// The namespace enforces Pod Security `restricted`, which refuses a root container (§9).
     PodSecurity,
     /// The cache volume is a node directory the operator did not allow (§4).
@@ -103,20 +104,143 @@ enum Withheld<'a> {
     /// The cache volume is an inline volume of this type, which names its storage in the pod,
     /// and the operator did not allow the type (§4).
     Inline(&'a str),
+    /// The cache volume is the claim a model cache keeps its models on (a `pvcRef`, or
+    /// KServe's `<cache>-<nodegroup>` claim): a store other pods and namespaces read.
+    CacheClaim { claim: &'a str, cache: &'a str },
+    /// The claim does not exist: it could still be created bound to a volume of the tenant's
+    /// choosing, after the pod.
+    NoClaim(&'a str),
+    /// The claim (`None`: the ephemeral volume's claim template) names its volume, or selects
+    /// among existing ones, and `--prep-volume-type prebound` is not given.
+    PickedVolume(Option<&'a str>),
+    /// `--prep-storage-class` is given and the claim's class (`""`: none written) is not one
+    /// of them.
+    StorageClass {
+        claim: Option<&'a str>,
+        class: &'a str,
+    },
+}
+
+/// The cache volume's claim, as the pod names it: a claim by name, or an ephemeral volume's
+/// claim template.
+enum CacheClaim<'a> {
+    Named(&'a str),
+    Template(Option<&'a super::view::ClaimSpecView<'a>>),
+}
+
+fn cache_claim<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<CacheClaim<'a>> {
+    let name = cache_volume_name(w, cfg);
+    let volume = w.spec.volumes().iter().find(|v| v.name() == name)?;
+    if let Some(pvc) = &volume.persistent_volume_claim {
+        return Some(CacheClaim::Named(
+            pvc.claim_name.as_deref().unwrap_or_default(),
+        ));
+    }
+    let template = volume.ephemeral.as_ref()?.volume_claim_template.as_ref();
+    Some(CacheClaim::Template(template.and_then(|t| t.spec.as_ref())))
+}
+
+/// The decision on the claim under the cache volume (docs/policy.md, "Claims whose volume the
+/// tenant picked"): a model cache's claim never gets the prep; a claim that does not exist
+/// gets none; one whose volume its author chose only under `--prep-volume-type prebound`; with
+/// `--prep-storage-class`, only claims of those classes.
+fn withheld_claim<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
+    let prebound = cfg.prep_volume_types.iter().any(|t| t == PREBOUND);
+    fn class_refused<'c>(cfg: &PolicyConfig, class: Option<&'c str>) -> Option<&'c str> {
+        let class = class.unwrap_or_default();
+        let listed = cfg.prep_storage_classes.iter().any(|c| c == class);
+        (!cfg.prep_storage_classes.is_empty() && !listed).then_some(class)
+    }
+    match cache_claim(w, cfg)? {
+        CacheClaim::Template(spec) => {
+            let picked = spec.is_some_and(|s| {
+                s.volume_name.as_deref().is_some_and(|v| !v.is_empty()) || s.selector.is_some()
+            });
+            if picked && !prebound {
+                return Some(Withheld::PickedVolume(None));
+            }
+            let class = spec.and_then(|s| s.storage_class_name.as_deref());
+            class_refused(cfg, class).map(|class| Withheld::StorageClass { claim: None, class })
+        }
+        CacheClaim::Named(claim) => {
+            let index = w.claims?;
+            if let Some(cache) = index.cache_owning_claim(w.namespace, claim) {
+                return Some(Withheld::CacheClaim {
+                    claim,
+                    cache: cache.describe(),
+                });
+            }
+            let Some(state) = index.pvc(w.namespace, claim) else {
+                return (cfg.absent_claims == AbsentClaims::Missing)
+                    .then_some(Withheld::NoClaim(claim));
+            };
+            if state.picked && !prebound {
+                return Some(Withheld::PickedVolume(Some(claim)));
+            }
+            class_refused(cfg, state.storage_class.as_deref()).map(|class| Withheld::StorageClass {
+                claim: Some(claim),
+                class,
+            })
+        }
+    }
 }
 
 fn withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
+    *w.prep_withheld.get_or_init(|| find_withheld(w, cfg))
+}
+
+fn find_withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
     if w.restricted_namespace {
         return Some(Withheld::PodSecurity);
     }
     if let Some(path) = disallowed_host_path(w, cfg) {
         return Some(Withheld::HostPath(path));
     }
-    disallowed_inline_source(w, cfg).map(Withheld::Inline)
+    if let Some(source) = disallowed_inline_source(w, cfg) {
+        return Some(Withheld::Inline(source));
+    }
+    withheld_claim(w, cfg)
+}
+
+/// The claim `serve` reads from the API server before it decides, when the cluster state it
+/// watches does not have it yet (a StatefulSet creates the claim milliseconds before the pod):
+/// the cache volume's claim, if the pod would get the prep but for the claim being unknown.
+pub(crate) fn claim_to_read<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<&'a str> {
+    match withheld(w, cfg) {
+        Some(Withheld::NoClaim(claim))
+            if cfg.model_cache_prep == PrepMode::Always
+                && !w.is_windows()
+                && has_writable_cache(w, cfg)
+                && !claim.is_empty() =>
+        {
+            Some(claim)
+        }
+        _ => None,
+    }
+}
+
+/// The note of a pod that gets the prep on a claim the cluster state does not have, where such
+/// a claim is taken as provisioned (`review` and `audit` of files).
+pub(super) fn assumed_claim_note(w: &Workload, cfg: &PolicyConfig) -> Option<String> {
+    let index = w.claims?;
+    let Some(CacheClaim::Named(claim)) = cache_claim(w, cfg) else {
+        return None;
+    };
+    let assumed = cfg.absent_claims == AbsentClaims::Provisioned
+        && index.pvc(w.namespace, claim).is_none()
+        && is_managed(w, cfg);
+    assumed.then(|| {
+        format!(
+            "claim {} is not among the given objects: taken as provisioned by the cluster \
+             (in a cluster, a claim that does not exist or names its volume gets no \
+             {PREP_CONTAINER})",
+            super::shorten_uri(claim, 80)
+        )
+    })
 }
 
 /// `--model-cache-prep` as it applies to this pod: `never` where the prep is withheld (a Pod
-/// Security `restricted` namespace, a `hostPath` cache outside `--prep-host-path`).
+/// Security `restricted` namespace, storage the pod names or picked, a model cache's claim).
 pub(super) fn prep_mode(w: &Workload, cfg: &PolicyConfig) -> PrepMode {
     if withheld(w, cfg).is_some() {
         PrepMode::Never
@@ -131,16 +255,18 @@ pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<Strin
     if cfg.model_cache_prep != PrepMode::Always || w.is_windows() || !has_writable_cache(w, cfg) {
         return None;
     }
+    const NEVER: &str = "the pod is treated as under --model-cache-prep=never";
+    // A claim's name has up to 253 bytes: it gives way, so that the reason stays whole.
+    let claim = |name: &str| super::shorten_uri(name, 64).into_owned();
     Some(match withheld(w, cfg)? {
         Withheld::PodSecurity => format!(
             "namespace {} enforces Pod Security restricted, which refuses the root \
-             {PREP_CONTAINER}: not injected; the pod is treated as under --model-cache-prep=never",
+             {PREP_CONTAINER}: not injected; {NEVER}",
             w.namespace
         ),
         Withheld::Inline(source) => format!(
             "the cache volume is an inline {} volume, whose storage the pod names: no root \
-             {PREP_CONTAINER} there (--prep-volume-type allows a type); the pod is treated as \
-             under --model-cache-prep=never",
+             {PREP_CONTAINER} there (--prep-volume-type allows a type); {NEVER}",
             super::shorten_uri(source, 64)
         ),
         Withheld::HostPath(path) => {
@@ -155,10 +281,42 @@ pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<Strin
             };
             format!(
                 "the cache volume is hostPath {path} on the node, outside --prep-host-path: no \
-                 root {PREP_CONTAINER} there; the pod is treated as under \
-                 --model-cache-prep=never"
+                 root {PREP_CONTAINER} there; {NEVER}"
             )
         }
+        Withheld::CacheClaim { claim: name, cache } => format!(
+            "the cache volume is claim {}, the model store of {}: never a root \
+             {PREP_CONTAINER} there; {NEVER}",
+            claim(name),
+            super::shorten_uri(cache, 80)
+        ),
+        Withheld::NoClaim(name) => format!(
+            "claim {} does not exist: no root {PREP_CONTAINER} (it could be created bound to \
+             a volume of anyone's choosing); {NEVER}",
+            claim(name)
+        ),
+        Withheld::PickedVolume(Some(name)) => format!(
+            "claim {} names its volume (spec.volumeName or spec.selector): no root \
+             {PREP_CONTAINER} there (--prep-volume-type prebound allows it); {NEVER}",
+            claim(name)
+        ),
+        Withheld::PickedVolume(None) => format!(
+            "the cache volume's claim template names its volume (spec.volumeName or \
+             spec.selector): no root {PREP_CONTAINER} there (--prep-volume-type prebound \
+             allows it); {NEVER}"
+        ),
+        Withheld::StorageClass { claim: name, class } => format!(
+            "{} is of storage class {}, not one of --prep-storage-class: no root \
+             {PREP_CONTAINER} there; {NEVER}",
+            match name {
+                Some(name) => format!("claim {}", claim(name)),
+                None => "the cache volume's claim template".into(),
+            },
+            match class.is_empty() {
+                true => "(none written)".into(),
+                false => super::shorten_uri(class, 40),
+            }
+        ),
     })
 }
 
@@ -476,6 +634,8 @@ mod tests {
         let w = Workload {
             namespace: "t",
             restricted_namespace: false,
+            claims: None,
+            prep_withheld: Default::default(),
             annotations: None,
             labels: None,
             has_metadata: true,

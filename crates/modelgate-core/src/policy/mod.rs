@@ -5,10 +5,14 @@
 //! - [`cache_prep`]: the `model-cache-prep` init container (§4)
 //! - [`model_cache`]: model URI resolution against node-local caches (§5)
 //! - [`validate`]: what is denied (§6)
+//! - [`identity_webhooks`]: the skip annotations of the identity webhooks, for the prep
+//! - [`root_equivalent`]: containers that reach uid 0 whatever their uid, warned of
 
 pub(crate) mod cache_prep;
+pub(crate) mod identity_webhooks;
 pub mod model_cache;
 mod nonroot;
+pub(crate) mod root_equivalent;
 mod validate;
 pub mod view;
 mod workload;
@@ -17,7 +21,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use model_cache::Caches;
+pub use root_equivalent::Findings;
 pub use validate::{Checks, Denial, Violation};
+pub(crate) use validate::{EphemeralScope, StoredEphemeral};
 pub(crate) use workload::Workload;
 
 use crate::cache::{MissReason, Resolved};
@@ -93,14 +99,19 @@ pub enum Rule {
     ModelCache,
     /// §6: the object does not decode as the kind the request names.
     Schema,
+    /// A container that can reach uid 0 whatever its uid (`privileged: true`), with the
+    /// validation rules in docs/policy.md. Only warned of, never patched nor denied: Pod
+    /// Security `baseline` is what refuses it.
+    RootEquivalent,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 4] = [
+    pub const ALL: [Rule; 5] = [
         Rule::NonRoot,
         Rule::CachePrep,
         Rule::ModelCache,
         Rule::Schema,
+        Rule::RootEquivalent,
     ];
 
     /// A stable name for reports and labels.
@@ -110,7 +121,14 @@ impl Rule {
             Rule::CachePrep => "cache-prep",
             Rule::ModelCache => "model-cache",
             Rule::Schema => "schema",
+            Rule::RootEquivalent => "root-equivalent",
         }
+    }
+
+    /// The rule never changes an object nor denies one: its findings are warnings only (so
+    /// counts of what would be patched or denied leave it out).
+    pub fn warns_only(self) -> bool {
+        matches!(self, Rule::RootEquivalent)
     }
 
     /// The section of SPEC.md that states the rule.
@@ -119,7 +137,7 @@ impl Rule {
             Rule::NonRoot => "§3",
             Rule::CachePrep => "§4",
             Rule::ModelCache => "§5",
-            Rule::Schema => "§6",
+            Rule::Schema | Rule::RootEquivalent => "§6",
         }
     }
 }
@@ -150,6 +168,8 @@ enum What {
     ReplacePrep,
     /// `inject model-cache-prep`
     InjectPrep,
+    /// `add model-cache-prep to <annotation>` (an identity webhook's skip annotation)
+    SkipPrepIn { annotation: &'static str },
     /// `mount <uri> from <cache>` (the URI shortened as the warning shows it)
     Mount { uri: String, source: String },
     /// `record a model cache miss for <uri> (modelgate.io/model-cache: miss, …: <reason>)`
@@ -165,6 +185,7 @@ impl fmt::Display for What {
                 "replace {PREP_CONTAINER} by the canonical one for this pod"
             ),
             What::InjectPrep => write!(f, "inject {PREP_CONTAINER}"),
+            What::SkipPrepIn { annotation } => write!(f, "add {PREP_CONTAINER} to {annotation}"),
             What::Mount { uri, source } => write!(f, "mount {uri} from {source}"),
             What::RecordMiss { uri, reason } => write!(
                 f,
@@ -213,6 +234,11 @@ impl Change {
     /// `set <path>=<value>`.
     pub(crate) fn set(rule: Rule, path: FieldPath, value: Scalar) -> Self {
         Change::new(rule, What::Set { path, value })
+    }
+
+    /// `add model-cache-prep to <annotation>`.
+    pub(crate) fn skip_prep_in(annotation: &'static str) -> Self {
+        Change::new(Rule::CachePrep, What::SkipPrepIn { annotation })
     }
 
     /// `mount <uri> from <source>`.
@@ -390,6 +416,7 @@ pub(crate) fn mutate_create(
 
     // 4. The prep container last: inserting it at the front shifts the init containers.
     m.notes.extend(cache_prep::withheld_warning(w, cfg));
+    m.notes.extend(cache_prep::assumed_claim_note(w, cfg));
     if prep_managed {
         let uid = identity.run_as_user.or(w.pod_run_as_user());
         let fs_group = fs_group.or(w.pod_fs_group());
@@ -421,19 +448,31 @@ pub(crate) fn mutate_create(
                     .push(Change::new(Rule::CachePrep, What::InjectPrep));
             }
         }
+        // The identity webhooks that add credentials to every container must leave it alone.
+        identity_webhooks::skip_prep(w, &mut m);
     }
     debug_assert_eq!(m.patch.is_empty(), m.changes.is_empty(), "{m:?}");
     Ok(m)
 }
 
 /// Pod UPDATE of the `ephemeralcontainers` subresource: only the ephemeral containers' own
-/// security contexts change.
-pub(crate) fn mutate_ephemeral(w: &Workload, cfg: &PolicyConfig) -> Result<Mutation, Denial> {
-    validate::validate(w, cfg, Checks::RangesOnly)?;
+/// security contexts change, those of the containers `scope` judges.
+pub(crate) fn mutate_ephemeral(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    scope: EphemeralScope,
+) -> Result<Mutation, Denial> {
+    validate::validate_in(w, cfg, Checks::RangesOnly, scope)?;
     let mut m = Mutation::default();
-    nonroot::ephemeral_fixes(w, cfg, &mut m);
+    nonroot::ephemeral_fixes(w, cfg, scope, &mut m);
     debug_assert_eq!(m.patch.is_empty(), m.changes.is_empty(), "{m:?}");
     Ok(m)
+}
+
+/// The claim `serve` reads from the API server before it decides again, when the cluster state
+/// it watches does not have it yet ([`cache_prep::claim_to_read`]).
+pub(crate) fn claim_to_read<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<&'a str> {
+    cache_prep::claim_to_read(w, cfg)
 }
 
 /// A partial template's findings (SPEC.md §12): only what its own fields say.
@@ -447,18 +486,17 @@ pub(crate) fn validate_pod_update(w: &Workload, old_object: Option<&str>) -> Res
     cache_prep::prep_unchanged(w, old_object)
 }
 
-/// The validating webhook's decision; `ephemeral_update` for a Pod UPDATE of the
-/// `ephemeralcontainers` subresource.
+/// The validating webhook's decision; `ephemeral_update` (which containers it judges) for a Pod
+/// UPDATE of the `ephemeralcontainers` subresource.
 pub(crate) fn validate(
     w: &Workload,
     cfg: &PolicyConfig,
-    ephemeral_update: bool,
+    ephemeral_update: Option<EphemeralScope>,
 ) -> Result<(), Denial> {
-    let checks = match ephemeral_update {
-        true => Checks::EphemeralUpdate,
-        false => Checks::All,
-    };
-    validate::validate(w, cfg, checks)
+    match ephemeral_update {
+        Some(scope) => validate::validate_in(w, cfg, Checks::EphemeralUpdate, scope),
+        None => validate::validate(w, cfg, Checks::All),
+    }
 }
 
 #[cfg(test)]

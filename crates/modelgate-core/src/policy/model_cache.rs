@@ -48,7 +48,7 @@ pub enum Caches<'a> {
 }
 
 impl<'a> Caches<'a> {
-    fn index(self) -> &'a CacheIndex {
+    pub(crate) fn index(self) -> &'a CacheIndex {
         match self {
             Caches::Ready(i) | Caches::NotSynced(i) => i,
         }

@@ -1,5 +1,6 @@
 //! SPEC.md §3: every container runs as a non-root, numeric user.
 
+use super::validate::EphemeralScope;
 use super::view::SecurityContextView;
 use super::workload::{ContainerList, ContainerRef, Workload};
 use super::{Change, Mutation, Rule, Scalar, cache_prep, set_security_fields};
@@ -85,13 +86,20 @@ pub(super) fn container_fixes(
 }
 
 /// An ephemeral container added to a running pod cannot change the pod's security context, so
-/// it gets its own: non-root always, and a uid/gid where neither it nor the pod has one.
-pub(super) fn ephemeral_fixes(w: &Workload, cfg: &PolicyConfig, m: &mut Mutation) {
+/// it gets its own: non-root always, and a uid/gid where neither it nor the pod has one. Only
+/// the containers `scope` judges are patched: the stored pod's own are left as they are (the
+/// API server refuses an update that changes them).
+pub(super) fn ephemeral_fixes(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    scope: EphemeralScope,
+    m: &mut Mutation,
+) {
     let pod = w.pod_security();
     for c in w
         .containers()
         .into_iter()
-        .filter(|c| c.list == ContainerList::Ephemeral)
+        .filter(|c| c.list == ContainerList::Ephemeral && scope.judges(c))
     {
         let sc = c.security_context;
         let mut fields = Vec::new();

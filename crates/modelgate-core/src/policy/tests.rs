@@ -13,6 +13,8 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
     let w = Workload {
         namespace: "team-a",
         restricted_namespace: false,
+        claims: None,
+        prep_withheld: Default::default(),
         annotations: meta.and_then(|m| m.annotations.as_ref()),
         labels: meta.and_then(|m| m.labels.as_ref()),
         has_metadata: true,
@@ -35,10 +37,7 @@ fn index() -> CacheIndex {
         "n1",
         [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
     );
-    let bound = crate::cache::PvcState {
-        phase: crate::cache::PvcPhase::Bound,
-        deleting: false,
-    };
+    let bound = crate::cache::PvcState::provisioned(crate::cache::PvcPhase::Bound);
     idx.upsert_pvc("team-a", "llama-workers", bound);
     idx
 }
@@ -93,6 +92,14 @@ fn every_change_is_accounted_for_with_its_rule() {
                 "mount hf://org/llama from LocalModelCache llama".into()
             ),
             (Rule::CachePrep, "inject model-cache-prep".into()),
+            (
+                Rule::CachePrep,
+                "add model-cache-prep to azure.workload.identity/skip-containers".into()
+            ),
+            (
+                Rule::CachePrep,
+                "add model-cache-prep to eks.amazonaws.com/skip-containers".into()
+            ),
         ]
     );
     assert_eq!(
@@ -153,6 +160,14 @@ fn a_miss_and_a_replaced_prep_are_changes_too() {
             (
                 Rule::CachePrep,
                 "replace model-cache-prep by the canonical one for this pod".into()
+            ),
+            (
+                Rule::CachePrep,
+                "add model-cache-prep to azure.workload.identity/skip-containers".into()
+            ),
+            (
+                Rule::CachePrep,
+                "add model-cache-prep to eks.amazonaws.com/skip-containers".into()
             ),
         ]
     );
@@ -226,7 +241,9 @@ fn ephemeral_changes_name_the_ephemeral_container() {
             "ephemeralContainers": [{"name": "dbg", "image": "busybox", "securityContext": {"runAsNonRoot": false}}]
         }
     });
-    let m = with_workload(&pod, |w| mutate_ephemeral(w, &cfg).unwrap());
+    let m = with_workload(&pod, |w| {
+        mutate_ephemeral(w, &cfg, EphemeralScope::WholePod).unwrap()
+    });
     assert_eq!(
         described(&m.changes),
         [
@@ -256,7 +273,7 @@ fn violations_carry_their_rule() {
     let mut pod = cache_pod();
     pod["spec"]["securityContext"] = json!({"runAsUser": 0});
     pod["spec"]["initContainers"] = json!([{"name": "model-cache-prep", "image": "evil"}]);
-    let denial = with_workload(&pod, |w| validate(w, &cfg, false)).unwrap_err();
+    let denial = with_workload(&pod, |w| validate(w, &cfg, None)).unwrap_err();
     let rules: Vec<(Rule, &str)> = denial
         .violations
         .iter()

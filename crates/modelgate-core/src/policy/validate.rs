@@ -1,9 +1,11 @@
 //! SPEC.md §6: what is denied, and a message that names every offending field.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
-use super::view::SecurityContextView;
-use super::workload::{ContainerList, Workload};
+use super::view::{self, SecurityContextView};
+use super::workload::{ContainerList, ContainerRef, Workload};
 use super::{Rule, cache_prep};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig};
 use crate::patch::FieldPath;
@@ -84,8 +86,82 @@ pub enum Checks {
     /// An `ephemeralcontainers` update: everything, but the effective `runAsNonRoot` only of
     /// the ephemeral containers. The others are immutable and already run (a pod created before
     /// modelgate may have none): refusing the update would protect nothing and only stop
-    /// `kubectl debug`, and `/mutate` cannot change them on this subresource either.
+    /// `kubectl debug`, and `/mutate` cannot change them on this subresource either. Which
+    /// containers are judged at all is the [`EphemeralScope`].
     EphemeralUpdate,
+}
+
+/// The ephemeral containers the stored pod already has: the names in `oldObject` of a
+/// `pods/ephemeralcontainers` update.
+///
+/// The API server keeps them as stored on that subresource (it refuses an update that removes
+/// or changes one, and takes the rest of the spec from the stored pod), but not necessarily in
+/// their order: a new container may come before them. So a container is told new by its name,
+/// never by its index.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct StoredEphemeral<'a> {
+    names: HashSet<Cow<'a, str>>,
+}
+
+impl<'a> StoredEphemeral<'a> {
+    /// The ephemeral containers of `old_object` (a Pod's JSON text), decoded as the object is,
+    /// within the bound of one object (`view::decode_pod`): `None` when it does not decode as a
+    /// Pod within it. The API server never sends such an old object; the caller then judges
+    /// the whole pod, as without one.
+    pub(crate) fn decode(old_object: &'a str) -> Option<Self> {
+        let pod = view::decode_pod(old_object).ok()?;
+        let names = pod
+            .spec
+            .and_then(|s| s.ephemeral_containers)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name.unwrap_or_default().0)
+            .collect();
+        Some(StoredEphemeral { names })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+}
+
+/// Which containers of a `pods/ephemeralcontainers` update are judged (and mutated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EphemeralScope<'s> {
+    /// No `oldObject` to tell the new ephemeral containers from the others: the whole pod, as
+    /// a create (every ephemeral container, every range, the prep).
+    WholePod,
+    /// Only the ephemeral containers the stored pod does not have. The rest of the pod was
+    /// judged (or not) when it was admitted and cannot change on this subresource: judging it
+    /// again would only stop `kubectl debug` on a pod admitted under an earlier policy, prep or
+    /// exception, and would protect nothing. The pod's `runAsNonRoot` is still read, as the
+    /// fallback of a new container's own.
+    NewOnly(&'s StoredEphemeral<'s>),
+}
+
+impl EphemeralScope<'_> {
+    /// Whether container `c` is judged.
+    pub(crate) fn judges(&self, c: &ContainerRef) -> bool {
+        match self {
+            EphemeralScope::WholePod => true,
+            EphemeralScope::NewOnly(stored) => {
+                c.list == ContainerList::Ephemeral && !stored.has(c.name)
+            }
+        }
+    }
+
+    /// Whether the ephemeral container named `name` is judged.
+    pub(crate) fn judges_ephemeral(&self, name: &str) -> bool {
+        match self {
+            EphemeralScope::WholePod => true,
+            EphemeralScope::NewOnly(stored) => !stored.has(name),
+        }
+    }
+
+    /// Whether the whole pod is judged: the pod-level ranges and the prep too.
+    fn is_whole_pod(&self) -> bool {
+        *self == EphemeralScope::WholePod
+    }
 }
 
 /// Checks one id; the object's `sc` (a security context's path, built only for a violation) and
@@ -141,9 +217,19 @@ fn check_non_root(
 }
 
 pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Result<(), Denial> {
+    validate_in(w, cfg, checks, EphemeralScope::WholePod)
+}
+
+/// [`validate`] of the containers `scope` judges.
+pub(super) fn validate_in(
+    w: &Workload,
+    cfg: &PolicyConfig,
+    checks: Checks,
+    scope: EphemeralScope,
+) -> Result<(), Denial> {
     let mut out = Vec::new();
     let pod_sc = || w.spec_path.key("securityContext");
-    if let Some(sc) = w.pod_security() {
+    if let Some(sc) = w.pod_security().filter(|_| scope.is_whole_pod()) {
         check_range(
             &mut out,
             (&pod_sc, "runAsUser"),
@@ -174,20 +260,23 @@ pub(super) fn validate(w: &Workload, cfg: &PolicyConfig, checks: Checks) -> Resu
     // The one init container that may be the canonical prep: the first of that name, judged
     // once against the canonical container for this pod, when modelgate manages one (a second
     // container of that name is a second root container, never canonical).
-    let canonical_prep = (matches!(checks, Checks::All | Checks::EphemeralUpdate) && managed)
-        .then(|| {
-            let i = w
-                .spec
-                .init_containers()
-                .iter()
-                .position(|c| c.container.name() == PREP_CONTAINER)?;
-            let command = cache_prep::canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group());
-            let volume = cache_prep::cache_volume_name(w, cfg);
-            let canonical = cache_prep::canonical(cfg, volume, &command);
-            cache_prep::is_canonical_at(w, i, &canonical).then_some(i)
-        })
-        .flatten();
-    for c in w.containers() {
+    // Not looked for when no init container is judged.
+    let canonical_prep = (matches!(checks, Checks::All | Checks::EphemeralUpdate)
+        && managed
+        && scope.is_whole_pod())
+    .then(|| {
+        let i = w
+            .spec
+            .init_containers()
+            .iter()
+            .position(|c| c.container.name() == PREP_CONTAINER)?;
+        let command = cache_prep::canonical_command(cfg, w.pod_run_as_user(), w.pod_fs_group());
+        let volume = cache_prep::cache_volume_name(w, cfg);
+        let canonical = cache_prep::canonical(cfg, volume, &command);
+        cache_prep::is_canonical_at(w, i, &canonical).then_some(i)
+    })
+    .flatten();
+    for c in w.containers().into_iter().filter(|c| scope.judges(c)) {
         let is_prep = c.name == PREP_CONTAINER;
         if is_prep {
             match checks {

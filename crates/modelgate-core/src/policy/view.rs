@@ -521,6 +521,8 @@ view! {
         "runAsUser" => run_as_user: Option<i64>,
         "runAsGroup" => run_as_group: Option<i64>,
         "runAsNonRoot" => run_as_non_root: Option<bool>,
+        /// Read for the `root-equivalent` warning (`policy::root_equivalent`).
+        "privileged" => privileged: Option<bool>,
     }
 }
 
@@ -626,6 +628,7 @@ pub struct VolumeView<'a> {
     pub sources: Vec<Str<'a>>,
     pub persistent_volume_claim: Option<PvcSourceView<'a>>,
     pub host_path: Option<HostPathSourceView<'a>>,
+    pub ephemeral: Option<EphemeralSourceView<'a>>,
 }
 
 impl VolumeView<'_> {
@@ -644,6 +647,29 @@ view! {
     pub struct PvcSourceView<'a> expecting "PersistentVolumeClaimVolumeSource" {
         "claimName" => claim_name: Option<Str<'a>>,
         "readOnly" => read_only: Option<bool>,
+    }
+}
+
+view! {
+    /// `ephemeral` of a volume: the claim the pod's volume will be.
+    pub struct EphemeralSourceView<'a> expecting "EphemeralVolumeSource" {
+        "volumeClaimTemplate" => volume_claim_template: Option<ClaimTemplateView<'a>>,
+    }
+}
+
+view! {
+    /// `ephemeral.volumeClaimTemplate`.
+    pub struct ClaimTemplateView<'a> expecting "PersistentVolumeClaimTemplate" {
+        "spec" => spec: Option<ClaimSpecView<'a>>,
+    }
+}
+
+view! {
+    /// The fields of a claim's spec that say who chose its volume.
+    pub struct ClaimSpecView<'a> expecting "PersistentVolumeClaimSpec" {
+        "volumeName" => volume_name: Option<Str<'a>>,
+        "selector" => selector: Option<IgnoredAnyPresent>,
+        "storageClassName" => storage_class_name: Option<Str<'a>>,
     }
 }
 
@@ -681,6 +707,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for VolumeView<'a> {
                         "hostPath" => {
                             out.host_path = map.next_value()?;
                             out.host_path.is_some()
+                        }
+                        "ephemeral" => {
+                            out.ephemeral = map.next_value()?;
+                            out.ephemeral.is_some()
                         }
                         _ => map.next_value::<Option<IgnoredAnyPresent>>()?.is_some(),
                     };

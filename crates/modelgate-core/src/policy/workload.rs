@@ -6,6 +6,9 @@ use super::view::{
     ContainerView, PodSecurityContextView, PodSpecView, SecurityContextView, StrMap,
     VolumeMountView,
 };
+use std::cell::OnceCell;
+
+use crate::cache::CacheIndex;
 use crate::patch::FieldPath;
 
 /// The well-known node label of the operating system, and its Windows value.
@@ -18,6 +21,13 @@ pub(crate) struct Workload<'a> {
     pub namespace: &'a str,
     /// The namespace enforces Pod Security `restricted`, which refuses root containers (§9).
     pub restricted_namespace: bool,
+    /// The claims the cluster state knows (`None`: none is known), for the prep's decision on a
+    /// claim whose volume the tenant picked (docs/policy.md).
+    pub claims: Option<&'a CacheIndex>,
+    /// Why the prep is withheld from this pod, if it is: worked out at the first question (the
+    /// rules ask several times per admission) under the one configuration a request is judged
+    /// with.
+    pub prep_withheld: OnceCell<Option<super::cache_prep::Withheld<'a>>>,
     pub annotations: Option<&'a StrMap<'a>>,
     /// The Pod's labels, or the Job template's.
     pub labels: Option<&'a StrMap<'a>>,

@@ -23,10 +23,11 @@ use crate::cache::CacheIndex;
 use crate::config::PolicyConfig;
 use crate::patch::FieldPath;
 use crate::policy::view::{
-    self, AffinityView, ContainerView, HostPathSourceView, IgnoredAnyPresent, InitContainerView,
-    NodeAffinityView, NodeSelectorRequirementView, NodeSelectorTermView, NodeSelectorView,
-    ObjectMetaView, PodOsView, PodSecurityContextView, PodSpecOf, PodSpecView, PvcSourceView,
-    SecurityContextView, Str, StrMap, VolumeMountView, VolumeView,
+    self, AffinityView, ClaimSpecView, ClaimTemplateView, ContainerView, EphemeralSourceView,
+    HostPathSourceView, IgnoredAnyPresent, InitContainerView, NodeAffinityView,
+    NodeSelectorRequirementView, NodeSelectorTermView, NodeSelectorView, ObjectMetaView, PodOsView,
+    PodSecurityContextView, PodSpecOf, PodSpecView, PvcSourceView, SecurityContextView, Str,
+    StrMap, VolumeMountView, VolumeView,
 };
 use crate::policy::{self, Caches, Workload};
 
@@ -182,6 +183,7 @@ pub fn is_read_field(path: &str) -> bool {
         "[].securityContext.runAsUser",
         "[].securityContext.runAsGroup",
         "[].securityContext.runAsNonRoot",
+        "[].securityContext.privileged",
         "[].volumeMounts",
         "[].volumeMounts[]",
         "[].volumeMounts[].name",
@@ -274,6 +276,7 @@ fn container_view<'a>(
             run_as_user: sc.run_as_user,
             run_as_group: sc.run_as_group,
             run_as_non_root: sc.run_as_non_root,
+            privileged: sc.privileged,
         }),
         volume_mounts: mounts.as_ref().map(|ms| {
             ms.iter()
@@ -327,6 +330,17 @@ fn spec_view<'a>(spec: &'a PodSpec, raw_init: &'a [Box<RawValue>]) -> PodSpecVie
             }),
             host_path: v.host_path.as_ref().map(|h| HostPathSourceView {
                 path: Some(s(&h.path)),
+            }),
+            ephemeral: v.ephemeral.as_ref().map(|e| EphemeralSourceView {
+                volume_claim_template: e.volume_claim_template.as_ref().map(|t| {
+                    ClaimTemplateView {
+                        spec: Some(ClaimSpecView {
+                            volume_name: t.spec.volume_name.as_deref().map(s),
+                            selector: t.spec.selector.as_ref().map(|_| IgnoredAnyPresent),
+                            storage_class_name: t.spec.storage_class_name.as_deref().map(s),
+                        }),
+                    }
+                }),
             }),
         }
     };
@@ -393,7 +407,7 @@ fn spec_view<'a>(spec: &'a PodSpec, raw_init: &'a [Box<RawValue>]) -> PodSpecVie
 /// denial, and the validation.
 fn policy_outcome(w: &Workload, cfg: &PolicyConfig, index: &CacheIndex, ephemeral: bool) -> String {
     let mutation = if ephemeral {
-        policy::mutate_ephemeral(w, cfg)
+        policy::mutate_ephemeral(w, cfg, policy::EphemeralScope::WholePod)
     } else {
         policy::mutate_create(w, cfg, Caches::Ready(index))
     };
@@ -407,7 +421,14 @@ fn policy_outcome(w: &Workload, cfg: &PolicyConfig, index: &CacheIndex, ephemera
             notes,
         )
     });
-    format!("{mutation:?}\n{:?}", policy::validate(w, cfg, ephemeral))
+    format!(
+        "{mutation:?}\n{:?}",
+        policy::validate(
+            w,
+            cfg,
+            ephemeral.then_some(policy::EphemeralScope::WholePod)
+        )
+    )
 }
 
 /// The policy on the views the decoder reads from the review's object, and on views made directly
@@ -465,6 +486,8 @@ pub fn policy_on_both_readings(
         let w = Workload {
             namespace: "team-a",
             restricted_namespace: false,
+            claims: None,
+            prep_withheld: Default::default(),
             annotations: meta.and_then(|m| m.annotations.as_ref()),
             labels: meta.and_then(|m| m.labels.as_ref()),
             has_metadata: meta.is_some(),

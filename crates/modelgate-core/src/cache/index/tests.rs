@@ -39,10 +39,7 @@ fn ns(n: &str) -> CacheScope {
     CacheScope::Namespace(n.into())
 }
 
-const BOUND: PvcState = PvcState {
-    phase: PvcPhase::Bound,
-    deleting: false,
-};
+const BOUND: PvcState = PvcState::provisioned(PvcPhase::Bound);
 
 /// Two node groups (gpu: node-type=gpu, cpu: node-type=cpu), nodes g1 (zone a), g2 (zone b),
 /// c1, and the PVCs KServe would make for cache `llama` in team-a.
@@ -490,6 +487,7 @@ fn pvc_must_exist_in_the_pods_namespace_not_be_deleted_nor_lost() {
         PvcState {
             phase: PvcPhase::Bound,
             deleting: true,
+            ..PvcState::default()
         },
     );
     assert!(
@@ -498,14 +496,7 @@ fn pvc_must_exist_in_the_pods_namespace_not_be_deleted_nor_lost() {
             .unwrap()
             .ends_with("is being deleted")
     );
-    idx.upsert_pvc(
-        "team-b",
-        "llama-gpu",
-        PvcState {
-            phase: PvcPhase::Lost,
-            deleting: false,
-        },
-    );
+    idx.upsert_pvc("team-b", "llama-gpu", PvcState::provisioned(PvcPhase::Lost));
     assert!(
         miss(&idx, &req("team-b", "hf://org/llama"))
             .missing
@@ -514,14 +505,7 @@ fn pvc_must_exist_in_the_pods_namespace_not_be_deleted_nor_lost() {
     );
     // Pending binds when the pod uses it (WaitForFirstConsumer); no phase yet is fine too.
     for phase in [PvcPhase::Pending, PvcPhase::Unknown] {
-        idx.upsert_pvc(
-            "team-b",
-            "llama-gpu",
-            PvcState {
-                phase,
-                deleting: false,
-            },
-        );
+        idx.upsert_pvc("team-b", "llama-gpu", PvcState::provisioned(phase));
         hit(&idx, &req("team-b", "hf://org/llama"));
     }
     assert!(idx.remove_pvc("team-b", "llama-gpu"));

@@ -268,7 +268,7 @@ fn fields_no_rule_reads_are_skipped_unchecked() {
         "metadata": {"creationTimestamp": 7, "ownerReferences": "nonsense", "finalizers": {"a": 1}},
         "spec": {
             "containers": [{"name": "c", "image": 5, "ports": "x", "resources": [1, 2],
-                            "securityContext": {"capabilities": "all", "privileged": "yes"}}],
+                            "securityContext": {"capabilities": "all", "allowPrivilegeEscalation": "yes"}}],
             "volumes": [{"name": "v", "hostPath": {"type": 3}}],
             "dnsPolicy": ["x"],
             "future": {"deep": [{"x": null}]}

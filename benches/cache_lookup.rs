@@ -1,4 +1,4 @@
-//! Lookup cost against the size of the cluster state (SPEC.md §5: "a lookup makes no API call and
+//! Lookup cost against the size of the cluster state (docs/policy.md §5: "a lookup makes no API call and
 //! costs O(log n) or better in the number of caches, PVCs and nodes"). Run with
 //! `cargo bench --bench cache_lookup`.
 //!

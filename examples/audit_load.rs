@@ -1,4 +1,4 @@
-//! `modelgate audit` on many objects from files: the figure docs/benchmarks.md reports (SPEC.md
+//! `modelgate audit` on many objects from files: the figure docs/benchmarks.md reports (docs/policy.md
 //! §10; the target is 20 000 pods in under 5 s).
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! One admission of a hostile shape, built to a given size, through `/mutate` and `/validate`
-//! (SPEC.md §7: every admission costs time and memory linear in its body). The shapes are what
+//! (docs/policy.md §7: every admission costs time and memory linear in its body). The shapes are what
 //! a tenant who may create a pod can send: a model URI of separators, a volume of many keys,
 //! thousands of root containers, deep nesting in an unread field, and so on.
 //!
@@ -163,7 +163,7 @@ fn reference_review(dir: &Path) -> Value {
     review
 }
 
-/// The pod as the template of a Deployment (SPEC.md §11).
+/// The pod as the template of a Deployment (docs/policy.md §11).
 fn as_deployment(review: &mut Value) {
     let request = &mut review["request"];
     let pod = request["object"].take();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Resolves the tests' inputs from outside the repository (tests/inputs.json lists each one, its
 # origin and the sha256 of every file) into one place the tests read, $MODELGATE_INPUTS_DIR
-# (default .inputs/, gitignored): .inputs/corpus/, .inputs/advisory-db/, .inputs/kube-cel/,
-# .inputs/spec/SPEC.md. docs/test-inputs.md says what they are and how to update a pin.
+# (default .inputs/, gitignored): .inputs/corpus/, .inputs/advisory-db/, .inputs/kube-cel/.
+# docs/test-inputs.md says what they are and how to update a pin.
 #
 #   scripts/inputs.sh                      every input
 #   scripts/inputs.sh corpus kube-cel      only these
@@ -18,8 +18,7 @@
 #   3. its origin: the corpus is fetched file by file from MODELGATE_INPUTS_ORIGIN (default
 #      https://raw.githubusercontent.com: <origin>/<repo>/<commit>/<path>); for the advisory
 #      database, cargo-audit fetches it itself (unpinned) when scripts/audit.sh runs; the kube-cel
-#      binaries are built, not fetched (no build runs here: docs/test-inputs.md); SPEC.md has no
-#      public origin.
+#      binaries are built, not fetched (no build runs here: docs/test-inputs.md).
 # Every file is verified against its sha256 whichever way it came; a file that differs is an
 # error naming it (exit 1), and nothing is replaced. An input that cannot be had is reported in
 # one line, with what to do (exit 2). Writes only under $MODELGATE_INPUTS_DIR, under a lock.
@@ -125,10 +124,6 @@ def verify_tree(name, spec, root):
         return False
     for rel, e in spec["files"].items():
         p = os.path.join(root, rel)
-        # A file pinned as null (the team's brief, which changes as it is written) is
-        # present, not verified.
-        if e["sha256"] is None:
-            continue
         with open(p, "rb") as f:
             if sha256(f.read()) != e["sha256"]:
                 return False
@@ -138,8 +133,6 @@ def verify_tree(name, spec, root):
 
 
 def check(name, rel, data, e, where):
-    if e["sha256"] is None:
-        return
     got = sha256(data)
     if got != e["sha256"]:
         raise Mismatch(f"{name}/{rel}: sha256 {got}, but {MANIFEST_NAME} pins {e['sha256']} (from {where})")
@@ -360,8 +353,6 @@ def one_line(missing, state):
         parts.append(f"{', '.join(by['cargo-audit'])} (cargo-audit) from {state['advisory']}")
     if "build" in by:
         parts.append(f"{', '.join(by['build'])}: built, not fetched ({DOCS}#kube-cel)")
-    if "none" in by:
-        parts.append(f"{', '.join(by['none'])}: only in a mirror")
     names = [n for _, n in missing]
     mirror = f"Not in the mirror {MIRROR}" if MIRROR else f"No mirror ({MIRROR_SAID})"
     return (f"inputs: missing {', '.join(names)}. {mirror}; {'; '.join(parts)}. "

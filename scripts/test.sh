@@ -13,7 +13,7 @@ cd "$REPO"
 step() { printf '\n==> %s\n' "$*"; }
 
 # First, so that a clone without them stops here, in seconds, saying what is missing and how to
-# get it: the corpus, the advisory database, the kube-cel binaries and SPEC.md (tests/inputs.json),
+# get it: the corpus, the advisory database and the kube-cel binaries (tests/inputs.json),
 # from a mirror or their origin, verified, into .inputs/ (docs/test-inputs.md).
 step "external inputs (scripts/inputs.sh: tests/inputs.json, verified, into .inputs/)"
 scripts/inputs.sh

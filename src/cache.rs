@@ -1,4 +1,4 @@
-//! Model caches: the cluster state routing needs (SPEC.md §5). The index and the conversion of
+//! Model caches: the cluster state routing needs (docs/policy.md §5). The index and the conversion of
 //! objects into it are the core's ([`modelgate_core::cache`], re-exported here); this module adds
 //! where the objects come from: `--caches` files ([`load_files`]), a one-time list of the cluster
 //! ([`list`], `review --from-cluster`), and `serve`'s continuous watch ([`watch`]), published

@@ -1,4 +1,4 @@
-//! Reading Kubernetes objects from files as kubectl reads them (SPEC.md §8): YAML whose scalars
+//! Reading Kubernetes objects from files as kubectl reads them (docs/policy.md §8): YAML whose scalars
 //! resolve as sigs.k8s.io/yaml resolves them (go-yaml v2, YAML 1.1: `0440` is the octal 288,
 //! `yes`/`on` are `true`), JSON, several documents per file (a YAML stream whose documents are
 //! written as JSON is still YAML), `List`s flattened. Used by `review` and `audit` for their

@@ -1,7 +1,7 @@
 //! modelgate: a mutating and validating admission webhook for clusters that serve ML models.
 //!
 //! # Layout
-//! Two crates in one workspace. The pure pipeline, SPEC.md §1–§7 as bytes in → bytes out, is
+//! Two crates in one workspace. The pure pipeline, docs/policy.md §1–§7 as bytes in → bytes out, is
 //! `crates/modelgate-core` ([`modelgate_core`]): [`admission`] (decode, dispatch, modes,
 //! encode), [`policy`], [`patch`], [`config`] (the policy's settings as plain values), the cache
 //! index and the conversion of cluster objects into it, and the namespaces' modes. It has no
@@ -12,7 +12,7 @@
 //! - [`cache`]: the core's index, filled from `--caches` files, a one-time list of the cluster
 //!   and `serve`'s watch, with its metrics;
 //! - [`namespaces`]: the core's namespace modes, from files and `serve`'s metadata watch;
-//! - [`documents`]: YAML and JSON files read as kubectl reads them (SPEC.md §8);
+//! - [`documents`]: YAML and JSON files read as kubectl reads them (docs/policy.md §8);
 //! - [`duration`]: durations as Kubernetes writes them (`10s`, `1m30s`), for flags and queries;
 //! - [`junit`]: the JUnit XML format that `review` and `audit` write;
 //! - [`audit`]: `modelgate audit`'s evaluation of existing workloads (SPEC.md §10);

@@ -1,4 +1,4 @@
-//! Each namespace's rollout mode and Pod Security level (SPEC.md §9). The map and its rules are
+//! Each namespace's rollout mode and Pod Security level (docs/policy.md §9). The map and its rules are
 //! the core's ([`modelgate_core::namespaces`], re-exported here); this module adds where the
 //! labels come from: `--caches` files ([`NamespaceDocuments`]), a one-time list of the cluster
 //! ([`list`], `review` and `audit --from-cluster`) and `serve`'s metadata watch ([`watch`]).

@@ -3,7 +3,7 @@
 //! server serves custom resources (server-side apply checked against the pinned CRDs' schemas,
 //! lists with label selectors and pages, deletes) and records every request.
 //!
-//! What must hold (SPEC.md §10): one report per evaluated workload, applied with field manager
+//! What must hold (docs/policy.md §10): one report per evaluated workload, applied with field manager
 //! `modelgate` and owned by its workload; the same reports, updated in place, on the next run;
 //! modelgate's reports (by label) whose workload is gone deleted, nobody else's, and only in
 //! the namespaces audited; a refused write named with its object and the API's reason while the
@@ -230,7 +230,7 @@ fn assert_lists_by_label(requests: &[ReportRequest]) {
     }
 }
 
-/// SPEC.md §10: under --write-reports the findings are the reports' content; the exit code says
+/// docs/policy.md §10: under --write-reports the findings are the reports' content; the exit code says
 /// whether they were written (0), and --fail-on-findings brings back the 1 for a denial. A
 /// refused write is 2 either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

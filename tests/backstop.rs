@@ -1,4 +1,4 @@
-//! The backstop (SPEC.md §13) evaluated as the API server evaluates it, against the webhooks.
+//! The backstop (docs/policy.md §13) evaluated as the API server evaluates it, against the webhooks.
 //!
 //! The policy that `modelgate_core::backstop` renders is compiled and evaluated by
 //! kube-apiserver's own ValidatingAdmissionPolicy code, offline (`support/kube_apiserver_cel.rs`:
@@ -508,7 +508,7 @@ fn with_token_mount(object: &Value) -> Value {
 }
 
 /// Whether every container of a Pod or Job is non-root by its own runAsNonRoot, else the
-/// pod's, the prep container aside (the test's own reading of SPEC.md §6).
+/// pod's, the prep container aside (the test's own reading of docs/policy.md §6).
 fn all_non_root(object: &Value) -> bool {
     let spec = if object["kind"] == "Pod" {
         &object["spec"]
@@ -741,7 +741,7 @@ fn configs() -> Vec<(&'static str, PolicyConfig)> {
 
 /// Pods that exercise every branch of the prep and the security fields.
 /// The node counts of the generated cache hits: a model downloaded on 1, 2 and 50 nodes, each
-/// pinned by the hit's node affinity (SPEC.md §5).
+/// pinned by the hit's node affinity (docs/policy.md §5).
 const HIT_NODES: [usize; 3] = [1, 2, 50];
 
 /// A cluster `LocalModelCache` `hf://org/model-N` per [`HIT_NODES`], downloaded on every node of

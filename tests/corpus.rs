@@ -5,12 +5,12 @@
 //! are sent as they are) and goes to `admission::review` for both webhooks. Each answer is checked
 //! twice:
 //!
-//! - generically, against the wire contract and the invariants of SPEC.md (uid echoed, answered
+//! - generically, against the wire contract and the invariants of docs/policy.md (uid echoed, answered
 //!   in kind, base64 patch only with operations, never a patch from `/validate`, the patch
 //!   applies, a second pass yields no patch, the patched object validates, `dryRun` and
 //!   `v1beta1` change nothing but the envelope, a denial names the field);
 //! - against the expected outcome written down below per file (or per document of the
-//!   multi-document files), derived from SPEC.md. The upstream policies' own verdicts are not
+//!   multi-document files), derived from docs/policy.md. The upstream policies' own verdicts are not
 //!   the expectation.
 //!
 //! When the corpus is absent the tests say so and pass.
@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 // Harness
 // ---------------------------------------------------------------------------------------------
 
-/// The defaults of SPEC.md §2, with the exempt namespaces the binary computes (kube-system and
+/// The defaults of docs/policy.md §2, with the exempt namespaces the binary computes (kube-system and
 /// the webhook's own namespace) written out so the test does not depend on `POD_NAMESPACE`.
 fn config() -> PolicyConfig {
     PolicyConfig {
@@ -116,7 +116,7 @@ impl Outcome {
     }
 }
 
-/// Runs both webhooks on `review` and checks everything SPEC.md requires of any answer.
+/// Runs both webhooks on `review` and checks everything docs/policy.md §7 requires of any answer.
 fn examine(label: &str, review: Value, ctx: &Context) -> Outcome {
     let mutate = call(Webhook::Mutate, &review, ctx);
     let validate = call(Webhook::Validate, &review, ctx);
@@ -232,7 +232,7 @@ fn pod_spec_prefix(object: &Value) -> &'static str {
     }
 }
 
-/// SPEC.md §6's invariant, restated on an object as received: the containers (every list) whose
+/// docs/policy.md §6's invariant, restated on an object as received: the containers (every list) whose
 /// effective `runAsNonRoot` (their own, else the pod's) is not `true`, as `<prefix>.<list>[i]`.
 fn lacking_non_root(object: &Value, prefix: &str) -> Vec<String> {
     let spec = &object
@@ -276,7 +276,7 @@ fn pointer_of(dotted: &str) -> String {
 // Expectations
 // ---------------------------------------------------------------------------------------------
 
-/// The expected outcome of one document, derived from SPEC.md.
+/// The expected outcome of one document, derived from docs/policy.md.
 #[derive(Debug, Clone)]
 enum Expect {
     /// §1 "any other kind": /mutate allows with no patch and exactly one warning; /validate
@@ -467,7 +467,7 @@ fn expectations() -> Vec<(&'static str, &'static str, Expect)> {
         (leak(p, "kyverno-test_mutatedmypod.yaml"), "*", Untouched),
     ]);
 
-    // kyverno windows: chosen by nodeSelector only, without spec.os.name: SPEC.md §1 makes them
+    // kyverno windows: chosen by nodeSelector only, without spec.os.name: docs/policy.md §1 makes them
     // Windows pods all the same, so they get runAsNonRoot only (no uid or gid, which the API
     // forbids there), and their windowsOptions survive; the good pod has it already.
     t.extend([
@@ -964,13 +964,13 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
     println!("corpus outcomes: {by_outcome:?}");
     assert!(
         failures.is_empty(),
-        "{} corpus documents disagree with SPEC.md:\n\n{}",
+        "{} corpus documents disagree with docs/policy.md:\n\n{}",
         failures.len(),
         failures.join("\n\n")
     );
 }
 
-/// The row of the workload-kind table a review is for (SPEC.md §11, §12).
+/// The row of the workload-kind table a review is for (docs/policy.md §11, §12).
 fn table_row(review: &Value) -> Option<modelgate::admission::KindEntry> {
     let kind = &review["request"]["kind"];
     let field = |k: &str| kind[k].as_str().unwrap_or("");
@@ -979,12 +979,12 @@ fn table_row(review: &Value) -> Option<modelgate::admission::KindEntry> {
         .cloned()
 }
 
-/// A review of a kind with one complete template (the controllers of SPEC.md §11).
+/// A review of a kind with one complete template (the controllers of docs/policy.md §11).
 fn is_controller(review: &Value) -> bool {
     table_row(review).is_some_and(|r| r.templates.len() == 1 && !r.is_partial())
 }
 
-/// A review of a kind whose templates are all partial (SPEC.md §12).
+/// A review of a kind whose templates are all partial (docs/policy.md §12).
 fn is_partial(review: &Value) -> bool {
     table_row(review).is_some_and(|r| r.is_partial())
 }
@@ -1124,7 +1124,7 @@ fn run_object(
     )
 }
 
-/// The canonical prep container of SPEC.md §4 for the default flags, written out by hand.
+/// The canonical prep container of docs/policy.md §4 for the default flags, written out by hand.
 fn canonical_prep(volume: &str, command: &str) -> Value {
     json!({
         "name": "model-cache-prep",
@@ -1614,7 +1614,7 @@ fn kserve_cache_objects_and_samples_reviewed_as_objects_are_other_kinds() {
     };
     // LocalModelCache, LocalModelNodeGroup: with the caches loaded they are still not
     // intercepted; InferenceService and LLMInferenceService are judged on their partial
-    // templates only (SPEC.md §12).
+    // templates only (docs/policy.md §12).
     let mut n = 0;
     for (rel, name, review) in corpus_reviews(&corpus) {
         if !rel.starts_with("kserve/") || review["request"]["kind"]["kind"] == "Job" {

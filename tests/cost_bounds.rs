@@ -1,4 +1,4 @@
-//! Every admission costs time linear in its body (SPEC.md §7), checked in instructions, not
+//! Every admission costs time linear in its body (docs/policy.md §7), checked in instructions, not
 //! seconds: `examples/cost_probe.rs` builds each hostile shape at 16 KiB and at 64 KiB and
 //! answers it through `/mutate` and `/validate` under callgrind, whose counts are the same on a
 //! busy machine. Only the decisions are counted (callgrind's `--toggle-collect` on the one entry

@@ -1,5 +1,5 @@
 //! Speed buys no behaviour change: the request path decodes only the fields the rules read
-//! (`policy::view`, SPEC.md §6), and this test holds it to the decode it replaced.
+//! (`policy::view`, docs/policy.md §6), and this test holds it to the decode it replaced.
 //!
 //! The reference is the previous decode, kept here and only here: the object decoded as a typed
 //! k8s-openapi `ObjectMeta` and `PodSpec` (or `JobSpec`), path-named errors through
@@ -11,7 +11,7 @@
 //! - because a field a rule reads has the wrong type, the pipeline refuses it with the same
 //!   message;
 //! - because of a field no rule reads, the pipeline no longer type-checks it (the intended
-//!   difference of SPEC.md §6): the test asserts exactly that the refused field is not one the
+//!   difference of docs/policy.md §6): the test asserts exactly that the refused field is not one the
 //!   rules read.
 //!
 //! Over every object and review of the corpus (`.inputs/corpus`, resolved by `scripts/inputs.sh`),

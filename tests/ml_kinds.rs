@@ -1,4 +1,4 @@
-//! SPEC.md §12 end to end: the ML workload custom resources of `tests/fixtures/ml-kinds` (one or
+//! docs/policy.md §12 end to end: the ML workload custom resources of `tests/fixtures/ml-kinds` (one or
 //! more objects of every default kind of the workload-kind table, each saying the answer it must
 //! get in its `modelgate.test/expect` annotation) through the webhook pipeline in process and
 //! through `modelgate review`; `--workload-kinds` adding a kind and refusing a malformed entry;

@@ -1,4 +1,4 @@
-//! The metadata watch of Namespaces behind the rollout modes (SPEC.md §9), against the fake API
+//! The metadata watch of Namespaces behind the rollout modes (docs/policy.md §9), against the fake API
 //! server: the labels it publishes, and what it keeps when the API server misbehaves.
 
 mod support;

@@ -10,7 +10,7 @@
 //! checks:
 //!
 //! - the pipeline answers (no panic, HTTP 200, uid echoed);
-//! - a request is denied exactly when an independent reading of SPEC.md §6 says so, and the
+//! - a request is denied exactly when an independent reading of docs/policy.md §6 says so, and the
 //!   message names every offending field as `path: value`;
 //! - an allowed patch applies cleanly, a second pass yields no patch, and the patched object
 //!   passes /validate;
@@ -552,7 +552,7 @@ impl Case {
 }
 
 // ---------------------------------------------------------------------------------------------
-// An independent reading of SPEC.md
+// An independent reading of docs/policy.md
 // ---------------------------------------------------------------------------------------------
 
 fn prefix(object: &Value) -> (&'static str, &'static str) {
@@ -724,8 +724,8 @@ fn trim(uri: &str) -> &str {
 /// §5: which cache serves `uri` for a pod in `ns`, as (cache ref, pvc, resolved URI, sub-path).
 ///
 /// The sub-path is taken from the model URI with its one trailing `/` stripped, like matching
-/// does, so `hf://org/m` and `hf://org/m/` resolve to the same place. (SPEC.md says "the model
-/// URI after the (trimmed) cache URI", which read literally would keep the model's slash.)
+/// does, so `hf://org/m` and `hf://org/m/` resolve to the same place ("the model URI after the
+/// cache URI", read literally, would keep the model's slash).
 fn expected_hit(
     ns: &str,
     uri: &str,

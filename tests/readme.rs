@@ -241,7 +241,7 @@ fn check_serve_dev(dir: &Path, command: &str) {
     assert!(exit.success(), "serve --dev exited with {exit}");
 }
 
-/// `examples/cluster-state.yaml` holds everything SPEC.md §5 needs for a hit, and nothing is
+/// `examples/cluster-state.yaml` holds everything docs/policy.md §5 needs for a hit, and nothing is
 /// there by accident: without the PVC, the Nodes or the cache's status, the Pod is a miss with
 /// the reason that names what is missing.
 #[test]

@@ -1,7 +1,7 @@
 //! End-to-end tests of `modelgate review`: the real binary, spawned as a process, on the fixtures
 //! in `tests/fixtures/` and on the KServe and Kyverno samples of `../shared/corpus`.
 //!
-//! Exit codes (SPEC.md §8): 0 every object allowed, 1 at least one denied, 2 bad input or flags.
+//! Exit codes (docs/policy.md §8): 0 every object allowed, 1 at least one denied, 2 bad input or flags.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -73,7 +73,7 @@ fn summary_is_one_line_per_object_with_decision_patch_count_and_warnings() {
         "{}",
         lines[2]
     );
-    // A Deployment is judged by its pod template (SPEC.md §11), never patched: this one's pods
+    // A Deployment is judged by its pod template (docs/policy.md §11), never patched: this one's pods
     // would be allowed, and there is nothing to say.
     assert!(!lines[2].contains("warnings:"), "{}", lines[2]);
     assert!(
@@ -883,7 +883,7 @@ fn kserve_samples_are_allowed_and_the_job_gets_the_policy() {
             );
             assert!(!line.contains("warnings"), "{line}");
         } else if line.contains("LLMInferenceService") {
-            // Partial templates (SPEC.md §12): the vLLM CPU sample's explicit
+            // Partial templates (docs/policy.md §12): the vLLM CPU sample's explicit
             // `runAsNonRoot: false` is a warning naming its path, never a denial.
             assert!(line.contains("allowed, 0 patch operations"), "{line}");
             assert!(
@@ -1004,7 +1004,7 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
     );
     // ... while the validating webhook alone refuses every pod with a container whose
     // effective runAsNonRoot is not true: the 16 bad pods, whether a container says false or
-    // nobody says anything (SPEC.md §6), and no good one.
+    // nobody says anything (docs/policy.md §6), and no good one.
     let run = review(&["--webhook", "validate", &nonroot]);
     assert_exit(&run, 1);
     let refused: Vec<String> = run
@@ -1040,7 +1040,7 @@ fn kyverno_samples_give_the_answers_spec_md_predicts() {
         again.stdout
     );
 
-    // Windows pods chosen by nodeSelector only are Windows pods (SPEC.md §1): runAsNonRoot, no uid.
+    // Windows pods chosen by nodeSelector only are Windows pods (docs/policy.md §1): runAsNonRoot, no uid.
     let run = review(&[
         "-o",
         "patched-json",
@@ -1154,7 +1154,7 @@ fn a_reader_that_leaves_early_does_not_turn_into_an_error() {
     );
 }
 
-/// SPEC.md §11 offline: `review` judges a controller's pod template as its pods will be, with
+/// docs/policy.md §11 offline: `review` judges a controller's pod template as its pods will be, with
 /// the template's own path, exit 1 on a denial; a Deployment is never patched.
 #[test]
 fn review_judges_controllers_by_their_pod_templates() {
@@ -1221,7 +1221,7 @@ fn host_path_pod(path: &str) -> String {
     .to_string()
 }
 
-/// SPEC.md §4: no root prep on a node directory the pod chose, unless `--prep-host-path` (or
+/// docs/policy.md §4: no root prep on a node directory the pod chose, unless `--prep-host-path` (or
 /// its environment variable) allows it; `review` says why in a warning.
 #[test]
 fn a_host_path_cache_gets_the_prep_only_under_an_allowed_prefix() {
@@ -1344,7 +1344,7 @@ fn prep_host_path_and_mount_paths_are_checked_at_start() {
     );
 }
 
-/// SPEC.md §7 through `review`: 2 000 containers with `runAsUser: 0` are denied with a message
+/// docs/policy.md §7 through `review`: 2 000 containers with `runAsUser: 0` are denied with a message
 /// that names 20 of them (the core's tests take 45 000 through the pipeline; reading that much
 /// YAML in a debug build takes a minute here).
 #[test]

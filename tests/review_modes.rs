@@ -1,4 +1,4 @@
-//! `modelgate review` and the rollout modes of SPEC.md §9: the real binary, with Namespace
+//! `modelgate review` and the rollout modes of docs/policy.md §9: the real binary, with Namespace
 //! objects in its `--caches` files and `--default-mode`.
 
 #[path = "common/cli.rs"]

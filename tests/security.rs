@@ -690,7 +690,7 @@ async fn user_controlled_strings_cannot_forge_log_lines() {
     assert!(v["uid"].as_str().unwrap().starts_with("uid"));
 }
 
-/// A log line copies at most 256 bytes of each field from the request (SPEC.md §7): a 100 KB
+/// A log line copies at most 256 bytes of each field from the request (docs/policy.md §7): a 100 KB
 /// uid, name or namespace makes a line of a few KiB, not of 400 KB, while the answer still
 /// echoes the whole uid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

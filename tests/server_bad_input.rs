@@ -95,7 +95,7 @@ fn cases() -> Vec<Case> {
         unknown_deep,
         Expect::Allowed("uid-deep-unknown"),
     );
-    // Inside a field no rule reads (managedFields[].fieldsV1, a free-form JSON value): SPEC.md §6
+    // Inside a field no rule reads (managedFields[].fieldsV1, a free-form JSON value): docs/policy.md §6
     // no longer type-checks it, so it is skipped like an unknown field, without recursion, and
     // the pod is admitted.
     let mut free_deep = bytes(&pod_review("uid-deep-free"));
@@ -347,7 +347,7 @@ fn check(case: &Case, path: &str, a: &Answer) {
             }
         }
         // These pods are as a user writes them, without runAsNonRoot: `/validate` alone holds
-        // the invariant (SPEC.md §6) and refuses them, naming the field, which shows the odd
+        // the invariant (docs/policy.md §6) and refuses them, naming the field, which shows the odd
         // input was read through; `/mutate` admits them with its patch.
         Expect::Allowed(uid) if path == "/validate" => {
             assert_eq!(a.status, StatusCode::OK, "{name}: {a:?}");

@@ -1,4 +1,4 @@
-//! What kube-apiserver's connection pool needs from the server (SPEC.md §7): it does not retry a
+//! What kube-apiserver's connection pool needs from the server (docs/policy.md §7): it does not retry a
 //! POST that meets a closed connection, so the server never closes one under it. At the
 //! connection cap a new connection waits instead of being accepted and closed; from SIGTERM on,
 //! HTTP/1.1 answers carry `Connection: close` and HTTP/2 connections get a GOAWAY, while idle

@@ -475,7 +475,7 @@ async fn probes_metrics_and_one_log_line_per_admission() {
     assert_eq!(status, StatusCode::OK);
     for want in [
         r#"modelgate_admission_requests_total{webhook="mutate",kind="Pod",operation="CREATE",allowed="true",mutated="true",dry_run="true"} 1"#,
-        // The unmutated pod sets no runAsNonRoot: /validate alone refuses it (SPEC.md §6).
+        // The unmutated pod sets no runAsNonRoot: /validate alone refuses it (docs/policy.md §6).
         r#"modelgate_admission_requests_total{webhook="validate",kind="Pod",operation="CREATE",allowed="false",mutated="false",dry_run="true"} 1"#,
         r#"modelgate_admission_duration_seconds_count{webhook="mutate",kind="Pod",operation="CREATE",dry_run="true"} 1"#,
         r#"modelgate_tls_reloads_total{result="success"} 1"#,

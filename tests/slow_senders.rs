@@ -1,4 +1,4 @@
-//! Slow senders against the real `serve` binary over TLS (SPEC.md §7, "A slow sender never
+//! Slow senders against the real `serve` binary over TLS (docs/policy.md §7, "A slow sender never
 //! starves the API server"): reading a body holds no decision slot, a body slower than
 //! `--min-body-bytes-per-second` after its first second gets 408 (HTTP/1.1: the connection is
 //! closed; HTTP/2: the stream is reset and the connection serves on), and bodies that arrive in

@@ -1,5 +1,5 @@
 //! `review` reads YAML as kubectl reads it and `-o patched` writes back what it read
-//! (SPEC.md §8): octal file modes (`defaultMode: 0440` is 288), YAML 1.1 booleans (`yes`, `on`),
+//! (docs/policy.md §8): octal file modes (`defaultMode: 0440` is 288), YAML 1.1 booleans (`yes`, `on`),
 //! strings that only look like numbers or booleans, and JSON documents inside a YAML stream.
 //!
 //! Two oracles: the values the generator meant (always), and the pinned kubectl itself

@@ -1,6 +1,6 @@
 //! The LLM serving pod of benches/reviews as the template of a Deployment, or as both templates
 //! of a RayCluster (head and one worker group), compact: what `/validate` is sent for a
-//! controller or an ML workload custom resource (SPEC.md §11, §12: each template is mutated in
+//! controller or an ML workload custom resource (docs/policy.md §11, §12: each template is mutated in
 //! memory, then judged; `/mutate` never patches them).
 
 /// The review of a Deployment whose template is `llm-serving-pod.json`'s pod, from `dir`.
@@ -23,7 +23,7 @@ pub fn llm_deployment_review(dir: &std::path::Path) -> Vec<u8> {
 }
 
 /// The review of a RayCluster whose head and one worker group both run `llm-serving-pod.json`'s
-/// pod, from `dir`: two complete templates (SPEC.md §12).
+/// pod, from `dir`: two complete templates (docs/policy.md §12).
 #[allow(dead_code)] // benches/pipeline.rs includes this module for the Deployment only.
 pub fn llm_raycluster_review(dir: &std::path::Path) -> Vec<u8> {
     let pretty = std::fs::read(dir.join("llm-serving-pod.json")).expect("reference review");

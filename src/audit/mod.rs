@@ -1,4 +1,4 @@
-//! `modelgate audit` (SPEC.md §10): existing workloads evaluated as if each were created now in
+//! `modelgate audit` (docs/policy.md §10): existing workloads evaluated as if each were created now in
 //! `enforce` mode, and counted per namespace and per rule, with each workload's result for each
 //! rule ([`rules`]). The evaluation is pure: objects in, a report out. What is written of the
 //! report is in [`output`] (table, JSON, JUnit, the policy reports); the cluster listing is in
@@ -30,7 +30,7 @@ use crate::policy::Rule;
 pub use rules::{RuleResult, Status};
 
 /// The kinds `audit` evaluates: Pods, Jobs, and the kinds of the workload-kind table
-/// (SPEC.md §11, §12), whose rows the audit's table holds for the whole run.
+/// (docs/policy.md §11, §12), whose rows the audit's table holds for the whole run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AuditedKind {
     Pod,

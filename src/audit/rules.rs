@@ -1,5 +1,5 @@
 //! One result per rule for each evaluated workload, as the policy reports carry them
-//! (`-o openreports`, `-o policyreport`, `--write-reports`; SPEC.md §10).
+//! (`-o openreports`, `-o policyreport`, `--write-reports`; docs/policy.md §10).
 //!
 //! The rules are the core's [`Rule::ALL`]: `non-root` (§3, and the uid/gid ranges and
 //! `runAsNonRoot: false` of §6), `cache-prep` (§4, and §6's canonical prep), `model-cache` (§5)
@@ -368,7 +368,7 @@ pub(super) fn no_complete_template() -> Vec<RuleResult> {
         .collect()
 }
 
-/// The findings of partial templates (SPEC.md §12): a `warn` of their rule, never a `fail`
+/// The findings of partial templates (docs/policy.md §12): a `warn` of their rule, never a `fail`
 /// (a rule that already fails keeps its result).
 pub(super) fn add_partial_findings(results: &mut [RuleResult], findings: &[Violation]) {
     for result in results.iter_mut() {

@@ -3,7 +3,7 @@
 //! | metric | labels | meaning |
 //! |---|---|---|
 //! | `modelgate_cache_objects` | `kind` | objects in the published index, also `PersistentVolumeClaim` and `Node` |
-//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of SPEC.md §5 | model URI resolutions, counted per `/mutate` admission that resolved one |
+//! | `modelgate_cache_lookups_total` | `result` = `namespace`, `cluster`, `miss`; `reason` = `none` or the miss reason of docs/policy.md §5 | model URI resolutions, counted per `/mutate` admission that resolved one |
 //! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
 //! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
 //! | `modelgate_cache_skipped_total` | `kind`; `reason` = a [`SkipReason`] | objects left out (or kept with parts left out) when converted, and objects ignored past a cap: one per object each time it is converted or offered (docs/model-cache.md, "Bounds") |

@@ -1,5 +1,5 @@
 //! `modelgate audit`: "what would change if I enforce?", answered for the workloads that exist,
-//! from files or from the cluster (SPEC.md §10). Exit codes as `review`: 0 every object would
+//! from files or from the cluster (docs/policy.md §10). Exit codes as `review`: 0 every object would
 //! be allowed, 1 at least one would be denied, 2 bad input, flags, or a cluster that could not
 //! be read completely; under `--write-reports`, 0 once every report is written (1 for a denial
 //! only with `--fail-on-findings`), 2 when a call was refused.
@@ -445,7 +445,7 @@ fn audit_cluster(
         let namespaces = match crate::namespaces::list::list_once(&client, args.page_size).await {
             Ok(cluster) => file_namespaces.over(cluster),
             // Reports are the cluster's record: written from a partial view, every workload of
-            // a restricted namespace would read as getting a root prep (SPEC.md §10: a failed
+            // a restricted namespace would read as getting a root prep (docs/policy.md §10: a failed
             // call is exit 2, before anything is written).
             Err(e) if args.write_reports => {
                 anyhow::bail!(

@@ -1,5 +1,5 @@
 //! `modelgate backstop`: prints the ValidatingAdmissionPolicy and its binding that hold the
-//! policy inside the API server while the webhook does not answer (SPEC.md §13), as a YAML
+//! policy inside the API server while the webhook does not answer (docs/policy.md §13), as a YAML
 //! stream for `kubectl apply -f -`.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The policy flags of SPEC.md §2 on the command line, shared by `serve`, `review` and `audit`.
+//! The policy flags of docs/policy.md §2 on the command line, shared by `serve`, `review` and `audit`.
 //!
 //! Every flag is also an environment variable `MODELGATE_<NAME>`. Values are checked while the
 //! command line is parsed (with the core's checks), so an invalid one stops the program with exit
@@ -79,7 +79,7 @@ impl From<ModeArg> for Mode {
 }
 
 #[derive(Args, Clone, Debug)]
-#[command(next_help_heading = "Policy (SPEC.md §2)")]
+#[command(next_help_heading = "Policy (docs/policy.md §2)")]
 pub struct PolicyArgs {
     /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
     #[arg(long, env = "MODELGATE_RUN_AS_USER", default_value = "1000", allow_negative_numbers = true,
@@ -136,7 +136,7 @@ pub struct PolicyArgs {
     )]
     pub exempt_namespaces: Vec<String>,
 
-    /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
+    /// Mode of a namespace without a modelgate.io/mode label (docs/policy.md §9).
     #[arg(long, env = "MODELGATE_DEFAULT_MODE", value_enum, default_value_t = ModeArg::Enforce)]
     pub default_mode: ModeArg,
 
@@ -181,7 +181,7 @@ pub struct PolicyArgs {
           default_value_t = PodSecurityLevelArg::Privileged)]
     pub pod_security_default: PodSecurityLevelArg,
 
-    /// A YAML file of workload kinds whose pod templates are judged at apply time (SPEC.md
+    /// A YAML file of workload kinds whose pod templates are judged at apply time (docs/policy.md
     /// §12): each entry (group, versions, kind, plural, templates: [{path, shape,
     /// completeness}]) is added to the built-in table, or replaces its row of the same group
     /// and kind. A malformed entry stops the program (exit 2), naming the entry and the field.

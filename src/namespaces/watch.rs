@@ -1,6 +1,6 @@
 //! The metadata-only watch of the cluster's Namespaces that keeps a [`NamespaceStore`] current,
 //! so that `kubectl label ns X modelgate.io/mode=off --overwrite` takes effect within moments,
-//! without a restart (SPEC.md §9).
+//! without a restart (docs/policy.md §9).
 //!
 //! Only object metadata is requested (`PartialObjectMetadata`): labels are all that is read.
 //! The first list replaces whatever the store held (the `--caches` files' Namespaces); later

@@ -183,7 +183,7 @@ const DURATION_SLOTS: usize = WEBHOOKS.len() * KIND_LABELS.len() * OPERATION_LAB
 const REQUEST_SLOTS: usize = DURATION_SLOTS * 4;
 const POLICY_SLOTS: usize = WEBHOOKS.len() * Mode::ALL.len() * PolicyResult::ALL.len();
 
-/// The results a webhook gives in a namespace mode (SPEC.md §9): `/validate` never patches, and
+/// The results a webhook gives in a namespace mode (docs/policy.md §9): `/validate` never patches, and
 /// `off` leaves every object unchanged. Each of these series is exported from the start.
 pub fn results_of(webhook: Webhook, mode: Mode) -> &'static [PolicyResult] {
     use PolicyResult::{Denied, Patched, Unchanged, WouldDeny, WouldPatch};
@@ -297,7 +297,7 @@ impl Metrics {
         let policy_results = Family::<PolicyResultLabels, Counter>::default();
         registry.register(
             "modelgate_policy_results",
-            "Pod and Job admissions the policy judged, by webhook, namespace mode (SPEC.md §9) \
+            "Pod and Job admissions the policy judged, by webhook, namespace mode (docs/policy.md §9) \
              and result (patched, denied, unchanged, would_patch, would_deny)",
             policy_results.clone(),
         );

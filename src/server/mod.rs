@@ -192,7 +192,7 @@ static WEBHOOK_ACCEPT_FAILED: Throttle = Throttle::new();
 static HANDSHAKE_FAILED: Throttle = Throttle::new();
 static HANDSHAKE_TIMED_OUT: Throttle = Throttle::new();
 
-/// Where the server is in its life, as every connection sees it (SPEC.md §7: kube-apiserver
+/// Where the server is in its life, as every connection sees it (docs/policy.md §7: kube-apiserver
 /// does not retry a POST that meets a closed connection, so the server never closes one under a
 /// client that may be about to use it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

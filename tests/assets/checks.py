@@ -32,7 +32,7 @@ POD_RULES = sorted(
 # The validating entry also sees a Pod UPDATE (its matchConditions keep only those that change an
 # init container's image): the model-cache-prep image may not change after admission.
 VALIDATE_POD_RULES = sorted([*POD_RULES, ("", "v1", "UPDATE", "pods")])
-# SPEC.md §11, §12: the pod templates of the workload controllers and of the ML custom resources,
+# docs/policy.md §11, §12: the pod templates of the workload controllers and of the ML custom resources,
 # CREATE and UPDATE (the entry's matchConditions skip an UPDATE that leaves every template as it
 # was). The kinds are the rows of the workload-kind table, which the server and the chart share.
 CONTROLLERS = {

@@ -40,7 +40,7 @@ WARN = {"severity": "warning"}
 UP = {f"up{{{SEL}}}": "1x40"}
 DEPLOY = f'kube_deployment_status_replicas_available{{namespace="{NS}",deployment="modelgate"}}'
 MUTATE_HOOK = 'name="mutate.modelgate.io",type="admit",operation="CREATE"'
-# The workload controllers' entry of the validating configuration (SPEC.md §11).
+# The workload controllers' entry of the validating configuration (docs/policy.md §11).
 CONTROLLERS_HOOK = 'name="validate-controllers.modelgate.io",type="validating",operation="UPDATE"'
 
 CASES = {

@@ -31,7 +31,7 @@ CLUSTER_READS = {
     ("serving.kserve.io", "localmodelcaches"), ("serving.kserve.io", "localmodelnamespacecaches"),
     ("serving.kserve.io", "localmodelnodegroups"), ("", "persistentvolumeclaims"), ("", "nodes"), ("", "namespaces"),
 }  # fmt: skip
-# The flags of the policy (SPEC.md section 2), which the audit must take as the webhook does.
+# The flags of the policy (docs/policy.md section 2), which the audit must take as the webhook does.
 POLICY_FLAGS = checks.POLICY_FLAGS | {"--default-mode"}
 
 
@@ -92,7 +92,7 @@ def audit_cronjob(path, report_api: str, namespaces: tuple[str, ...] = ()) -> No
     expect(spec["concurrencyPolicy"] in ("Forbid", "Replace"), "two audits at once would write and prune the same reports")
     expect(spec.get("startingDeadlineSeconds"), "no startingDeadlineSeconds")
     expect(0 < job["activeDeadlineSeconds"] <= 86400, "the run needs a deadline")
-    # Findings are the reports' content: the run exits 0 with them (SPEC.md section 10), so no rule of
+    # Findings are the reports' content: the run exits 0 with them (docs/policy.md section 10), so no rule of
     # the Job's podFailurePolicy looks at exit codes; disruptions are retried without counting.
     rules = (job.get("podFailurePolicy") or {}).get("rules") or []
     expect(not any("onExitCodes" in r for r in rules), f"a podFailurePolicy rule on exit codes: {rules}")

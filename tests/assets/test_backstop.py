@@ -1,4 +1,4 @@
-"""The backstop (SPEC.md section 13): `modelgate backstop` prints objects that pass the Kubernetes
+"""The backstop (docs/policy.md section 13): `modelgate backstop` prints objects that pass the Kubernetes
 schema strictly, and the chart's backstop.enabled renders the same objects as the binary does for
 the same values (the chart cannot run the binary, so this test is what keeps them equal)."""
 

@@ -1,5 +1,5 @@
 """The assets against the real binary: the policy each Deployment passes reaches `modelgate
-review` as intended, `serve` knows every flag, and the defaults are those of SPEC.md §2."""
+review` as intended, `serve` knows every flag, and the defaults are those of docs/policy.md §2."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 import checks
 from k8s import load, policy_flags
-from spec import read_policy_defaults
+from documented_defaults import read_policy_defaults
 from tools import Assets, run
 
 CACHE_POD = """apiVersion: v1
@@ -102,8 +102,8 @@ def test_serve_knows_every_flag_the_deployment_passes(assets: Assets, serve_help
 
 
 @pytest.mark.parametrize("source", ["helm", "kustomize"])
-def test_spec_defaults_are_in_force(assets: Assets, serve_help, source: str) -> None:
-    """Each literal default of SPEC.md §2 is what the rendered Deployment passes, or, where it
+def test_documented_defaults_are_in_force(assets: Assets, serve_help, source: str) -> None:
+    """Each literal default of docs/policy.md §2 is what the rendered Deployment passes, or, where it
     passes nothing, the binary's own default. The install assets pin the prep image's tag by
     digest (the same image, docs/install.md): `--init-image` may carry `@sha256:`."""
     render = assets.render("default") if source == "helm" else assets.kustomize("default")
@@ -119,10 +119,10 @@ def test_spec_defaults_are_in_force(assets: Assets, serve_help, source: str) -> 
             continue
         pinned = flag == "--init-image" and re.fullmatch(re.escape(want) + r"@sha256:[0-9a-f]{64}", got)
         if got != want and not pinned:
-            wrong.append(f"{flag}: SPEC.md says {want}, {source} gives {got}")
+            wrong.append(f"{flag}: docs/cli.md says {want}, {source} gives {got}")
     assert not wrong, "\n".join(wrong)
     if not_built:
-        warnings.warn(f"flags of SPEC.md §2 this binary does not have yet: {not_built}", stacklevel=1)
+        warnings.warn(f"flags of docs/policy.md §2 this binary does not have yet: {not_built}", stacklevel=1)
 
 
 CLIENT_LIMITS = [
@@ -144,9 +144,9 @@ def test_client_limits_in_force_are_the_binarys_defaults(assets: Assets, serve_h
     assert want["--max-connections"] == "1024" and want["--idle-timeout"] == "120s", want
 
 
-def test_binary_defaults_are_the_spec_defaults(serve_help) -> None:
+def test_binary_defaults_are_the_documented_defaults(serve_help) -> None:
     wrong = [
-        f"{flag}: SPEC.md says {want}, serve --help says {serve_help[flag]}"
+        f"{flag}: docs/cli.md says {want}, serve --help says {serve_help[flag]}"
         for flag, want in read_policy_defaults().items()
         if flag in serve_help and serve_help[flag] != want
     ]

@@ -173,12 +173,11 @@ def test_no_mirror_and_no_origin_is_one_line_saying_what_to_do(tmp_path: Path) -
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
     line = lines[0]
-    assert line.startswith("inputs: missing corpus, advisory-db, kube-cel, spec. No mirror (MODELGATE_INPUTS_MIRROR=none); "), line
+    assert line.startswith("inputs: missing corpus, advisory-db, kube-cel. No mirror (MODELGATE_INPUTS_MIRROR=none); "), line
     for what in (
         "corpus from http://127.0.0.1:",
         "advisory-db (cargo-audit) from http://127.0.0.1:",
         "kube-cel: built, not fetched (docs/test-inputs.md#kube-cel)",
-        "spec: only in a mirror",
         "Point MODELGATE_INPUTS_MIRROR at the team's mirror",
     ):
         assert what in line, f"{what!r} not in: {line}"

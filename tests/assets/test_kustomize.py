@@ -65,7 +65,7 @@ def test_default_kinds_namespace_and_no_crds(assets: Assets) -> None:
 
 def test_base_registers_the_workload_kind_table_as_the_chart_renders_it(assets: Assets) -> None:
     """The kustomize base cannot read the table: its rules and unchanged-template condition are
-    the chart's render of the shipped rows, kept equal by this test (SPEC.md §12)."""
+    the chart's render of the shipped rows, kept equal by this test (docs/policy.md §12)."""
 
     def entry(path) -> dict:
         return checks.webhook_configurations(load(path))["validate-controllers.modelgate.io"]

@@ -2,7 +2,7 @@
 on the requests the API server would send: the API server calls modelgate only when every
 condition is true, so each request kept out here is admitted even while modelgate is down.
 The Pod and Job cases run against mutate.modelgate.io and validate.modelgate.io; the workload
-controllers' (SPEC.md §11) and the ML custom resources' (§12, the objects of
+controllers' (docs/policy.md §11) and the ML custom resources' (§12, the objects of
 tests/fixtures/ml-kinds) against validate-controllers.modelgate.io, rendered from the workload-kind
 table."""
 
@@ -108,7 +108,7 @@ def test_who_reaches_modelgate(webhooks, request, case: str) -> None:
         assert called(webhooks[name], context) is want, f"{name}: {case}: called should be {want}"
 
 
-# --- workload controllers (SPEC.md §11) -----------------------------------------------------------
+# --- workload controllers (docs/policy.md §11) -----------------------------------------------------------
 CONTAINER = {"name": "server", "image": "vllm/vllm-openai:v0.6.4", "args": ["--model", "/mnt/models"],
              "resources": {"limits": {"nvidia.com/gpu": 1}}, "securityContext": {"allowPrivilegeEscalation": False}}  # fmt: skip
 
@@ -301,7 +301,7 @@ def test_a_broken_expression_fails_to_evaluate() -> None:
         cel.evaluate("request.kind.kind == ", request())
 
 
-# --- SPEC.md §12: the ML workload custom resources of the workload-kind table -------------------------
+# --- docs/policy.md §12: the ML workload custom resources of the workload-kind table -------------------------
 # The objects of tests/fixtures/ml-kinds (every default kind), sent as the API server sends them,
 # against the entry rendered from the table: CREATE is sent; an UPDATE is sent exactly when one of
 # the kind's templates changed (a worker group's replicas, a label of the resource, status: kept out).

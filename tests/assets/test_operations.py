@@ -63,7 +63,7 @@ def test_default_match_conditions_keep_out_mirror_pods_own_account_and_namespace
 
 
 def test_controllers_entry_skips_an_unchanged_template_and_is_never_mutated(assets: Assets) -> None:
-    """SPEC.md §11: the pod templates of the controllers are validated (their own entry, the
+    """docs/policy.md §11: the pod templates of the controllers are validated (their own entry, the
     validating webhook's failurePolicy and timeout), never patched: the mutating configuration
     has no controller rule. (test_match_conditions.py evaluates the condition.)"""
     path = assets.render("default")

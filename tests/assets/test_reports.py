@@ -1,4 +1,4 @@
-"""`modelgate audit -o openreports` and `-o policyreport` (SPEC.md §10) against the CRDs the report
+"""`modelgate audit -o openreports` and `-o policyreport` (docs/policy.md §10) against the CRDs the report
 readers install (crds/, pinned from openreports/reports-api and kubernetes-sigs/wg-policy-prototypes):
 every report validates strictly (a field the API server would prune is an error), is named as the
 API server accepts and once per workload, is scoped to its workload, and counts its results; a
@@ -262,7 +262,7 @@ def test_reports_of_the_corpus(assets: Assets, modelgate_bin: Path, corpus: Path
         return any(r["result"] in results for r in d["results"])
 
     def patches(d: Obj) -> bool:
-        # A partial template's finding (SPEC.md §12) is a warn that patches nothing.
+        # A partial template's finding (docs/policy.md §12) is a warn that patches nothing.
         return any(r["result"] == "warn" and "patch" in (r.get("properties") or {}) for r in d["results"])
 
     denied = sum(1 for d in docs if has(d, "fail", "error"))

@@ -181,7 +181,7 @@ pub fn check_results(what: &str, report: &Value) {
                 "{what}: properties are strings: {r}"
             );
         }
-        // A partial template's finding (SPEC.md §12) is a warn that patches nothing, as is a
+        // A partial template's finding (docs/policy.md §12) is a warn that patches nothing, as is a
         // rule that only warns.
         let partial = r["message"]
             .as_str()

@@ -227,7 +227,7 @@ fn time(body: &[u8], scratch: &mut Vec<u8>) {
     }
 }
 
-/// Which skipping parsers refuse what serde_json refuses in a value nobody reads (SPEC.md §6: the
+/// Which skipping parsers refuse what serde_json refuses in a value nobody reads (docs/policy.md §6: the
 /// body must be well-formed JSON): `json-parsers acceptance`.
 fn acceptance() {
     let cases: [(&str, &[u8]); 9] = [

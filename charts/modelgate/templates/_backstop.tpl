@@ -1,5 +1,5 @@
 {{/*
-The backstop's expressions for the custom resources of the workload-kind table (SPEC.md section
+The backstop's expressions for the custom resources of the workload-kind table (docs/policy.md section
 12), rendered from the same table as the webhook rules ("modelgate.workloadKinds", with
 workloadKinds.extra): the text is the binary's (`modelgate backstop`,
 crates/modelgate-core/src/backstop.rs: table_row, walk), which tests/assets/test_backstop.py

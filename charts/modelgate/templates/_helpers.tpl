@@ -155,7 +155,7 @@ values files as float64, and printing a float64 gives 1.00068e+09 for 1000680000
 {{- end -}}
 
 {{/*
-The policy flags (SPEC.md section 2), which `serve` and `audit` take alike: one list for the
+The policy flags (docs/policy.md section 2), which `serve` and `audit` take alike: one list for the
 webhook's Deployment and the audit CronJob, so that the audit judges workloads by the policy the
 webhook enforces. Without exemptNamespaces no --exempt-namespace is given: both then exempt
 kube-system and their own namespace (POD_NAMESPACE), which is the release namespace.
@@ -240,7 +240,7 @@ matchExpressions:
 {{- end -}}
 
 {{/*
-The workload-kind table (SPEC.md §11, §12) as JSON: the rows the server ships
+The workload-kind table (docs/policy.md §11, §12) as JSON: the rows the server ships
 (files/workload-kinds.yaml, the same file as crates/modelgate-core/src/admission/
 workload-kinds.yaml), each replaced by the entry of workloadKinds.extra of the same group and
 kind, then the other extra entries. The server reads the same extra entries (--workload-kinds),

@@ -72,7 +72,7 @@ model-cache-prep image may not change after admission).
 {{- end -}}
 
 {{/*
-matchConditions of the workload kinds' entry (validate-controllers.modelgate.io, SPEC.md §11,
+matchConditions of the workload kinds' entry (validate-controllers.modelgate.io, docs/policy.md §11,
 §12), rendered from the workload-kind table:
 - an UPDATE that leaves every pod template as it was (a scale of the resource itself or of a
   worker group, a label, an annotation, status, the Deployment controller's bookkeeping on its

@@ -1,11 +1,11 @@
-//! SPEC.md §13: the backstop, the policy inside the API server. [`objects`] renders the
+//! docs/policy.md §13: the backstop, the policy inside the API server. [`objects`] renders the
 //! `ValidatingAdmissionPolicy` and its `ValidatingAdmissionPolicyBinding` from the same
 //! [`PolicyConfig`] the webhooks run on, so that no pod that breaks the policy is created
 //! whether modelgate answers or not, while a pod that already complies is created even when it
 //! does not.
 //!
 //! What the objects hold:
-//! - the policy matches what the webhooks match (SPEC.md §1, §11, and the §12 kinds with a
+//! - the policy matches what the webhooks match (docs/policy.md §1, §11, and the §12 kinds with a
 //!   complete template: a kind whose templates are all partial is never denied) with the same
 //!   `matchConditions`, `failurePolicy: Fail`, and no `paramKind`: every value is written into
 //!   its CEL;
@@ -173,7 +173,7 @@ fn namespace_selector(cfg: &PolicyConfig, sel: &Selection, modes: bool) -> Value
     Value::Object(selector)
 }
 
-/// The label requirements that select the namespaces in `enforce` (SPEC.md §9): a mode label
+/// The label requirements that select the namespaces in `enforce` (docs/policy.md §9): a mode label
 /// that is none of the other modes (`enforce`, or an unknown value, which counts as
 /// `enforce`), or, when `--default-mode` is `enforce`, no mode label at all (`NotIn` matches a
 /// namespace without the key).
@@ -602,7 +602,7 @@ fn derived_variables(cfg: &PolicyConfig, sel: &Selection) -> Vec<(String, String
              && variables.pod.securityContext.runAsNonRoot == true"
                 .into(),
         ),
-        // A Windows pod (SPEC.md §1) gets no prep.
+        // A Windows pod (docs/policy.md §1) gets no prep.
         (
             "windows".into(),
             "has(variables.pod.os) ? (has(variables.pod.os.name) && variables.pod.os.name == 'windows') \
@@ -1149,7 +1149,7 @@ fn bounded(message: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The custom resources of the workload-kind table (SPEC.md §12)
+// The custom resources of the workload-kind table (docs/policy.md §12)
 // ---------------------------------------------------------------------------------------------
 
 /// How many rows `--workload-kinds` may add for the backstop: each row is a variable of its

@@ -1,4 +1,4 @@
-//! Policy configuration: the settings of SPEC.md §2, as plain values.
+//! Policy configuration: the settings of docs/policy.md §2, as plain values.
 //!
 //! The command line (the `modelgate` package's `PolicyArgs`) parses them with the checks below,
 //! so an invalid value stops the program before anything else happens.
@@ -11,7 +11,7 @@ use crate::namespaces::Mode;
 /// Largest uid/gid Kubernetes accepts (`int32` max).
 pub const MAX_ID: i64 = 2_147_483_647;
 
-/// The canonical name of the cache-prep init container (SPEC.md §4).
+/// The canonical name of the cache-prep init container (docs/policy.md §4).
 pub const PREP_CONTAINER: &str = "model-cache-prep";
 
 /// A uid or gid setting that may be switched off (`none`, for OpenShift where the SCC assigns it).
@@ -56,7 +56,7 @@ impl PodSecurityLevel {
     }
 }
 
-/// Directory of a model under the cache PVC's `models/` (SPEC.md §5).
+/// Directory of a model under the cache PVC's `models/` (docs/policy.md §5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheLayout {
     /// `models/<first 16 hex digits of SHA-256 of sourceModelUri>`: KServe 0.18 and later.
@@ -66,7 +66,7 @@ pub enum CacheLayout {
     CacheName,
 }
 
-/// The policy's settings (SPEC.md §2).
+/// The policy's settings (docs/policy.md §2).
 #[derive(Clone, Debug)]
 pub struct PolicyConfig {
     /// uid set on a pod whose containers have no runAsUser; `none` never sets one.
@@ -103,11 +103,11 @@ pub struct PolicyConfig {
     /// Namespace left untouched (repeatable; default: kube-system and the webhook's own namespace).
     pub exempt_namespaces: Vec<String>,
 
-    /// Mode of a namespace without a modelgate.io/mode label (SPEC.md §9).
+    /// Mode of a namespace without a modelgate.io/mode label (docs/policy.md §9).
     pub default_mode: Mode,
 
     /// Node directories under which a `hostPath` cache volume still gets the prep, normalised
-    /// ([`parse_prep_host_path`]); none by default (SPEC.md §4).
+    /// ([`parse_prep_host_path`]); none by default (docs/policy.md §4).
     pub prep_host_paths: Vec<String>,
 
     /// The Pod Security level of a namespace without a `pod-security.kubernetes.io/enforce`
@@ -126,7 +126,7 @@ pub struct PolicyConfig {
     pub absent_claims: AbsentClaims,
 
     /// The kinds whose pod templates are judged at apply time, and where the templates are
-    /// (SPEC.md §11, §12): the rows shipped, plus `--workload-kinds`.
+    /// (docs/policy.md §11, §12): the rows shipped, plus `--workload-kinds`.
     pub workload_kinds: Arc<WorkloadKinds>,
 }
 

@@ -1,9 +1,9 @@
-//! modelgate's core: SPEC.md §1–§7 as bytes in → bytes out, with no I/O.
+//! modelgate's core: docs/policy.md §1–§7 as bytes in → bytes out, with no I/O.
 //!
 //! The layers, from the inside out:
-//! - [`config`]: the policy's settings (SPEC.md §2) as plain values;
+//! - [`config`]: the policy's settings (docs/policy.md §2) as plain values;
 //! - [`patch`]: JSON patch operations addressed by field path;
-//! - [`policy`]: SPEC.md's rules as pure functions over a decoded workload;
+//! - [`policy`]: the rules of docs/policy.md as pure functions over a decoded workload;
 //! - [`cache`]: KServe's model cache objects, their conversion into index entries, and the index
 //!   that answers lookups;
 //! - [`namespaces`]: each namespace's rollout mode and Pod Security level;

@@ -1,4 +1,4 @@
-//! Namespaces as admission sees them (SPEC.md §9): the rollout mode a namespace runs in (label
+//! Namespaces as admission sees them (docs/policy.md §9): the rollout mode a namespace runs in (label
 //! `modelgate.io/mode`, else `--default-mode`) and whether it enforces Pod Security
 //! `restricted` (label `pod-security.kubernetes.io/enforce`).
 //!
@@ -20,7 +20,7 @@ pub const MODE_LABEL: &str = "modelgate.io/mode";
 /// Pod Security Admission's enforce level.
 pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 
-/// How modelgate answers for a namespace (the table of SPEC.md §9).
+/// How modelgate answers for a namespace (the table of docs/policy.md §9).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
     /// Patch and deny as the policy says.

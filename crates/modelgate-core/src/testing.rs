@@ -1,6 +1,6 @@
 //! The one test harness of the pipeline (cargo feature `testing`, which the `modelgate`
 //! package's tests enable): an AdmissionReview in, the answer read back the way the API server
-//! reads it, with the wire contract of SPEC.md §7 checked on every call.
+//! reads it, with the wire contract of docs/policy.md §7 checked on every call.
 //!
 //! [`review`] calls [`admission::review`] in process; [`read_answer`] reads a response that
 //! came over HTTP the same way. Each test file keeps only what it adds (its own fixtures and
@@ -107,7 +107,7 @@ pub fn review(webhook: Webhook, review: &Value, ctx: &Context) -> Answer {
     answer
 }
 
-/// Reads a webhook's answer to `review` and checks the wire contract (SPEC.md §7): a JSON body;
+/// Reads a webhook's answer to `review` and checks the wire contract (docs/policy.md §7): a JSON body;
 /// with status 200 an AdmissionReview answered in kind that echoes the uid, a boolean
 /// `allowed`, a base64 JSON patch only with operations and only from `/mutate`, `patchType`
 /// only with a patch, warnings the API server passes on whole, and a reason for every denial.

@@ -1,4 +1,4 @@
-//! The policy reports of SPEC.md §10: one report per evaluated workload, in the workload's
+//! The policy reports of docs/policy.md §10: one report per evaluated workload, in the workload's
 //! namespace, scoped to it (and, when its uid is known, owned by it, so that the report goes
 //! when the workload does), with one result per rule ([`crate::audit::rules`]).
 //!

@@ -1,4 +1,4 @@
-//! SPEC.md §11 through the wire: the pod templates of workload controllers are judged by
+//! docs/policy.md §11 through the wire: the pod templates of workload controllers are judged by
 //! `/validate` as their pods will be (§3–§5 in memory, then §6), in the namespace's mode, with
 //! the template's own paths; never patched; an UPDATE that leaves the template as it was is not
 //! judged.
@@ -12,7 +12,7 @@ use crate::cache::{CacheEntry, CacheIndex, CacheScope};
 use crate::namespaces::{MODE_LABEL, NamespaceLabels};
 use crate::testing;
 
-/// The workload controllers of SPEC.md §11.
+/// The workload controllers of docs/policy.md §11.
 fn controllers() -> impl Iterator<Item = WorkloadKind> {
     WorkloadKind::ALL.into_iter().filter(|k| k.is_controller())
 }
@@ -348,7 +348,7 @@ fn an_object_that_is_not_its_kind_is_denied_with_the_field_named() {
         &review(WorkloadKind::Deployment, "CREATE", "team-a", &missing, None),
         &index,
     );
-    // An absent template is skipped, as for every kind of the table (SPEC.md §12): the API
+    // An absent template is skipped, as for every kind of the table (docs/policy.md §12): the API
     // server refuses a Deployment without one anyway.
     assert!(a.allowed, "{}", a.message);
     let not_a_template = json!({"apiVersion": "apps/v1", "kind": "Deployment",

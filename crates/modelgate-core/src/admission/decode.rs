@@ -277,7 +277,7 @@ struct UidOnly {
     uid: Option<String>,
 }
 
-/// The kinds of SPEC.md §1; anything else is not handled.
+/// The kinds of docs/policy.md §1; anything else is not handled.
 fn workload_kind(group: &str, version: &str, kind: &str) -> Option<WorkloadKind> {
     WorkloadKind::of(group, version, kind)
 }
@@ -519,7 +519,7 @@ impl Request {
         DecodeError::Invalid { envelope, message }
     }
 
-    /// The kind of SPEC.md §1 the request is for; `None` for any other.
+    /// The kind of docs/policy.md §1 the request is for; `None` for any other.
     pub fn workload_kind(&self) -> Option<WorkloadKind> {
         workload_kind(&self.group, &self.version, &self.kind)
     }

@@ -1,5 +1,5 @@
-//! The kinds modelgate handles (SPEC.md §1): Pods and Jobs, which it mutates, and the
-//! workload-kind table (SPEC.md §11, §12), the one place that says where the pod templates of
+//! The kinds modelgate handles (docs/policy.md §1): Pods and Jobs, which it mutates, and the
+//! workload-kind table (docs/policy.md §11, §12), the one place that says where the pod templates of
 //! every other kind are and how each is judged, for admission, `review`, `audit` and the
 //! reports alike. The table is data: `workload-kinds.yaml` next to this file holds the rows
 //! shipped (each with the upstream type its paths were checked against), and `--workload-kinds`
@@ -73,13 +73,13 @@ impl WorkloadKind {
         WorkloadKind::of(group, version, kind)
     }
 
-    /// A built-in workload controller (SPEC.md §11), a row of the table: its pod template is
+    /// A built-in workload controller (docs/policy.md §11), a row of the table: its pod template is
     /// judged, never patched; its pods are mutated when they are created.
     pub fn is_controller(self) -> bool {
         !self.is_mutated()
     }
 
-    /// A Pod or a Job: mutated and validated (SPEC.md §1).
+    /// A Pod or a Job: mutated and validated (docs/policy.md §1).
     pub fn is_mutated(self) -> bool {
         matches!(self, WorkloadKind::Pod | WorkloadKind::Job)
     }
@@ -99,7 +99,7 @@ pub enum Shape {
     PodSpec,
 }
 
-/// How much of the pods a template says (SPEC.md §12).
+/// How much of the pods a template says (docs/policy.md §12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Completeness {

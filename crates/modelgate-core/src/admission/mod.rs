@@ -1,4 +1,4 @@
-//! The wire format: one AdmissionReview in, one AdmissionReview out (SPEC.md §1 and §7).
+//! The wire format: one AdmissionReview in, one AdmissionReview out (docs/policy.md §1 and §7).
 //!
 //! [`review`] is the single entry point that `serve` and `review` share. It decodes the
 //! envelope, decides by kind and operation which part of the policy applies, and encodes the
@@ -187,7 +187,7 @@ pub fn respond(request: &Request, decision: &Decision) -> Outcome {
     encode::response(&request.envelope, decision, request.summary(decision))
 }
 
-/// The decision for a decoded request: dispatch by kind and operation (SPEC.md §1).
+/// The decision for a decoded request: dispatch by kind and operation (docs/policy.md §1).
 pub fn decide(webhook: Webhook, req: &Request, ctx: &Context) -> Decision {
     let object = req
         .object
@@ -210,7 +210,7 @@ fn decide_object(
     decision
 }
 
-/// SPEC.md §7: an answer has at most [`MAX_LISTED`](policy::MAX_LISTED) warnings, each of at
+/// docs/policy.md §7: an answer has at most [`MAX_LISTED`](policy::MAX_LISTED) warnings, each of at
 /// most [`MAX_WARNING_LEN`] bytes (the API server truncates longer ones). When there were more,
 /// the last one kept says how many were left out.
 fn bound_warnings(warnings: &mut Vec<String>) {
@@ -388,7 +388,7 @@ fn add_findings(d: &mut Decision, findings: policy::Findings) {
 /// The annotation the kubelet puts on the mirror of a static pod.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// Objects allowed untouched (SPEC.md §1), whatever the namespace's mode: those of an exempt
+/// Objects allowed untouched (docs/policy.md §1), whatever the namespace's mode: those of an exempt
 /// namespace, and mirror pods. A mirror pod only reflects a static pod the kubelet runs from a
 /// file on its node: the API server cannot change what runs, and refusing the mirror only hides
 /// the pod from the cluster.
@@ -485,7 +485,7 @@ fn validate_mutated(
 }
 
 /// The object decoded as the kind the request names, into the views of the fields the rules
-/// read (SPEC.md §6), borrowing from the object's text.
+/// read (docs/policy.md §6), borrowing from the object's text.
 enum DecodedObject<'a> {
     Pod(PodView<'a>),
     Job(JobView<'a>),

@@ -1,4 +1,4 @@
-//! Rollout modes (SPEC.md §9): the one place where the policy's verdict becomes the answer of
+//! Rollout modes (docs/policy.md §9): the one place where the policy's verdict becomes the answer of
 //! the namespace's mode.
 //!
 //! | mode | `/mutate` | `/validate` |

@@ -1,4 +1,4 @@
-//! Every cell of SPEC.md §9's table, through the wire: for each mode and webhook, the patch (or
+//! Every cell of docs/policy.md §9's table, through the wire: for each mode and webhook, the patch (or
 //! none), the warnings, the `auditAnnotations`, and the result `modelgate_policy_results_total`
 //! counts. Also the Pod Security `restricted` namespace, where the prep is not injected.
 
@@ -176,7 +176,7 @@ fn enforce_patches_and_denies_as_written() {
     );
     assert_eq!(a.result(), ("enforce", "denied"));
 
-    // /validate holds the invariant alone: unmutated, the pod is refused (SPEC.md §6).
+    // /validate holds the invariant alone: unmutated, the pod is refused (docs/policy.md §6).
     let a = run(Webhook::Validate, "ns-enforce", to_patch());
     assert!(!a.allowed() && a.patch.is_none());
     assert_eq!(
@@ -738,7 +738,7 @@ fn a_model_uri_beyond_the_lookup_limit_is_a_miss_that_no_answer_copies_whole() {
     );
 }
 
-/// SPEC.md §7: 45 000 containers with `runAsUser: 0` (2.8 MB) get a denial that names the first
+/// docs/policy.md §7: 45 000 containers with `runAsUser: 0` (2.8 MB) get a denial that names the first
 /// 20 violations and counts the rest, in every mode and from both webhooks; warnings are at most
 /// 20, the last saying how many were left out; and no answer reaches 64 KiB.
 #[test]

@@ -1,4 +1,4 @@
-//! SPEC.md §12 through the wire, for what the fixtures of `tests/ml_kinds.rs` do not vary: the
+//! docs/policy.md §12 through the wire, for what the fixtures of `tests/ml_kinds.rs` do not vary: the
 //! namespace's mode, a cache miss named by several templates, a partial template in every mode,
 //! an object that is not its kind.
 

@@ -1,4 +1,4 @@
-//! The pod templates of an object of the workload-kind table (SPEC.md §11, §12), judged at
+//! The pod templates of an object of the workload-kind table (docs/policy.md §11, §12), judged at
 //! apply time as their pods will be: found where the kind's row says, in one pass over the
 //! object's text, each template then decoded on its own into the views the rules read.
 //!
@@ -474,7 +474,7 @@ struct Findings {
     partial: Vec<Violation>,
 }
 
-/// The decision for a CREATE or UPDATE of an object of a table kind (SPEC.md §11, §12).
+/// The decision for a CREATE or UPDATE of an object of a table kind (docs/policy.md §11, §12).
 pub(super) fn decide(
     webhook: Webhook,
     req: &Request,
@@ -767,7 +767,7 @@ pub fn templates_of<'a>(entry: &KindEntry, object: &'a str) -> Result<Vec<Templa
         .collect())
 }
 
-/// What the partial templates of `object` say that their pods would be denied for (SPEC.md
+/// What the partial templates of `object` say that their pods would be denied for (docs/policy.md
 /// §12: findings that are warnings, never denials), each named by its path.
 pub fn partial_findings(
     entry: &KindEntry,

@@ -1,4 +1,4 @@
-//! Unit tests of the pipeline, one per rule of SPEC.md §1–§7, through the same entry point the
+//! Unit tests of the pipeline, one per rule of docs/policy.md §1–§7, through the same entry point the
 //! server uses: AdmissionReview bytes in, AdmissionReview bytes out.
 
 use serde_json::{Value, json};
@@ -560,7 +560,7 @@ fn an_inline_network_volume_gets_the_prep_only_by_its_type() {
     assert!(!validate_pod(allowed.patched, &PolicyConfig::default()).allowed());
 }
 
-/// SPEC.md §4: a `hostPath` cache volume names a node directory the pod chose, so the root prep
+/// docs/policy.md §4: a `hostPath` cache volume names a node directory the pod chose, so the root prep
 /// never runs there unless the operator allowed the directory with `--prep-host-path`; the pod
 /// is then treated as under `--model-cache-prep=never`, with a warning that says why.
 #[test]
@@ -683,7 +683,7 @@ fn canonical_prep_is_left_alone_and_a_stale_one_is_replaced() {
 }
 
 /// After modelgate's patch the API server re-runs its own admission plugins, and the
-/// ServiceAccount plugin mounts the token into the injected prep too (SPEC.md §4). That prep is
+/// ServiceAccount plugin mounts the token into the injected prep too (docs/policy.md §4). That prep is
 /// still canonical: the reinvoked /mutate leaves it, /validate allows it.
 #[test]
 fn the_prep_with_the_api_servers_token_mount_needs_no_second_round() {
@@ -773,7 +773,7 @@ fn validator_lets_through_only_the_canonical_prep() {
     );
 }
 
-/// SPEC.md §6: `/validate` alone refuses every container but the canonical prep whose effective
+/// docs/policy.md §6: `/validate` alone refuses every container but the canonical prep whose effective
 /// `runAsNonRoot` (its own, else the pod's) is not `true`, naming the container's own field.
 #[test]
 fn validator_alone_refuses_a_container_without_effective_run_as_non_root() {
@@ -1193,7 +1193,7 @@ fn node_group_terms_are_anded_into_each_existing_term() {
 /// The API server calls /mutate again when a later webhook changed the pod (reinvocationPolicy
 /// IfNeeded). When the cache's NodeDownloaded nodes changed in between, the second pass replaces
 /// the node pin modelgate wrote and leaves the user's own alone: ANDing a second pin would keep
-/// only the nodes in both lists, possibly none, and strand the pod (SPEC.md §5).
+/// only the nodes in both lists, possibly none, and strand the pod (docs/policy.md §5).
 #[test]
 fn a_second_pass_replaces_modelgates_own_node_pin_when_the_downloaded_nodes_changed() {
     let cfg = PolicyConfig::default();

@@ -1,4 +1,4 @@
-//! The cluster state modelgate routes by, and the one place a model URI is resolved (SPEC.md §5).
+//! The cluster state modelgate routes by, and the one place a model URI is resolved (docs/policy.md §5).
 //!
 //! The index holds the caches (with their `status` and storage mode), the node groups, the
 //! Nodes (name and labels) and the PVCs (namespace, name, phase, deletion mark). It is pure: no
@@ -54,7 +54,7 @@ pub enum CacheStorage {
 /// A node's entry in `status.nodeStatus` (KServe's `NodeStatus`), as far as routing and its
 /// messages care. `NodeDownloadPending` and `NodeDownloading` are one state: the download's
 /// progress from one to the other changes nothing routing decides, so a status update that
-/// only moves it converts to an equal value and publishes nothing (SPEC.md §5, "Scale").
+/// only moves it converts to an equal value and publishes nothing (docs/policy.md §5, "Scale").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeState {
     Downloaded,
@@ -630,7 +630,7 @@ pub enum Resolved {
     Miss(MissReason),
 }
 
-/// The longest model URI that is looked up, in bytes (SPEC.md §7): a longer one is a miss,
+/// The longest model URI that is looked up, in bytes (docs/policy.md §7): a longer one is a miss,
 /// `uri-too-long`, so that no request pays for a lookup in proportion to what it chose to send.
 pub const MAX_MODEL_URI_LEN: usize = 2048;
 
@@ -1200,7 +1200,7 @@ impl CacheIndex {
     }
 
     /// Resolves a model URI for a pod: the cache by precedence, then the node group, then the
-    /// checks of SPEC.md §5 in order.
+    /// checks of docs/policy.md §5 in order.
     pub fn lookup(&self, req: &LookupRequest) -> Lookup {
         if req.model_uri.len() > MAX_MODEL_URI_LEN {
             return Lookup::Miss(Miss::because(MissReason::UriTooLong));

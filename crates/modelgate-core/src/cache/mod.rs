@@ -1,5 +1,5 @@
 //! Model caches: the cluster state routing needs (KServe's cache objects with their status,
-//! PVCs, Nodes) and the index that answers lookups (SPEC.md §5).
+//! PVCs, Nodes) and the index that answers lookups (docs/policy.md §5).
 //!
 //! The index is filled from files (`--caches`) and, in `serve`, from the cluster's watch (both in
 //! the `modelgate` package). It is the only place a model URI is matched against caches. Files

@@ -1,4 +1,4 @@
-//! SPEC.md §4: the `model-cache-prep` init container that gives the cache root its owner and mode.
+//! docs/policy.md §4: the `model-cache-prep` init container that gives the cache root its owner and mode.
 
 use std::borrow::Cow;
 
@@ -18,7 +18,7 @@ pub(super) fn cache_volume_name<'s>(w: &'s Workload<'_>, cfg: &'s PolicyConfig) 
         .unwrap_or(cfg.cache_volume.as_str())
 }
 
-/// Volume sources that are not persistent, writable storage (SPEC.md §4): fresh per pod, or
+/// Volume sources that are not persistent, writable storage (docs/policy.md §4): fresh per pod, or
 /// read-only. Every other source (persistentVolumeClaim, ephemeral, csi, nfs, hostPath, cephfs,
 /// …) is storage whose ownership the prep container can and must fix; a `hostPath` only under
 /// the operator's `--prep-host-path` ([`disallowed_host_path`]).
@@ -54,7 +54,7 @@ pub(super) fn has_writable_cache(w: &Workload, cfg: &PolicyConfig) -> bool {
 
 /// The node directory of a `hostPath` cache volume outside every `--prep-host-path` prefix
 /// (`""` when it names none), if the pod has one. The pod chose that directory: a root prep
-/// there would `chown` and `chmod` any directory of the node, `/etc` as well (SPEC.md §4).
+/// there would `chown` and `chmod` any directory of the node, `/etc` as well (docs/policy.md §4).
 pub(super) fn disallowed_host_path<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<&'a str> {
     let name = cache_volume_name(w, cfg);
     w.spec
@@ -334,7 +334,7 @@ pub(super) fn fs_group_to_set(w: &Workload, cfg: &PolicyConfig) -> Option<i64> {
     applies.then_some(cfg.default_fsgroup)
 }
 
-/// The shell command of the prep container (the table of SPEC.md §4).
+/// The shell command of the prep container (the table of docs/policy.md §4).
 pub(super) fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
     match fs_group {
         Some(gid) if gid > 0 => format!("chown 0:{gid} {path} && chmod g+rwX {path}"),
@@ -342,7 +342,7 @@ pub(super) fn command(path: &str, uid: i64, fs_group: Option<i64>) -> String {
     }
 }
 
-/// The canonical prep container (SPEC.md §4) as it is written into a patch: the fields in the
+/// The canonical prep container (docs/policy.md §4) as it is written into a patch: the fields in the
 /// order the API server writes them, borrowed, so that writing it builds nothing in between.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -665,7 +665,7 @@ mod tests {
         let cmd = canonical_command(&cfg, None, Some(102));
         let c = canonical(&cfg, "model-cache", &cmd);
         let json = serde_json::to_value(&c).unwrap();
-        // SPEC.md §4's container, field by field.
+        // docs/policy.md §4's container, field by field.
         assert_eq!(
             json,
             serde_json::json!({

@@ -1,4 +1,4 @@
-//! The admission policy of SPEC.md §3–§6, as pure functions: a decoded workload and the
+//! The admission policy of docs/policy.md §3–§6, as pure functions: a decoded workload and the
 //! configuration in, a patch and warnings or a denial out. No I/O, no clock, no globals.
 //!
 //! - [`nonroot`]: non-root, numeric users (§3)
@@ -33,7 +33,7 @@ use crate::patch::{FieldPath, PatchBuilder};
 /// The longest warning the API server passes on whole, in bytes (it truncates longer ones).
 pub const MAX_WARNING_LEN: usize = 256;
 
-/// The most entries a list that grows with the request names (SPEC.md §7): the violations in a
+/// The most entries a list that grows with the request names (docs/policy.md §7): the violations in a
 /// denial's message, the warnings of an answer, the facts of an audit annotation. The rest are
 /// counted, never listed.
 pub const MAX_LISTED: usize = 20;
@@ -88,7 +88,7 @@ pub(crate) fn shorten_uri(uri: &str, room: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{}{ELLIPSIS}{}", &uri[..head], &uri[tail..]))
 }
 
-/// The rule of SPEC.md that a change or a violation comes from.
+/// The rule of docs/policy.md that a change or a violation comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Rule {
     /// §3: non-root, numeric users (and the uid/gid ranges of §6).
@@ -131,7 +131,7 @@ impl Rule {
         matches!(self, Rule::RootEquivalent)
     }
 
-    /// The section of SPEC.md that states the rule.
+    /// The section of docs/policy.md that states the rule.
     pub fn section(self) -> &'static str {
         match self {
             Rule::NonRoot => "§3",
@@ -311,7 +311,7 @@ pub(crate) struct Mutation {
     pub model_cache: Option<Resolved>,
     /// A miss the user should hear about before the pods run (a cache matched but a check
     /// failed, with what is missing; or the caches are not synced): what a controller's
-    /// template is warned of (SPEC.md §11). Its text is also among the changes' or the notes.
+    /// template is warned of (docs/policy.md §11). Its text is also among the changes' or the notes.
     pub miss_warning: Option<String>,
 }
 
@@ -475,7 +475,7 @@ pub(crate) fn claim_to_read<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<
     cache_prep::claim_to_read(w, cfg)
 }
 
-/// A partial template's findings (SPEC.md §12): only what its own fields say.
+/// A partial template's findings (docs/policy.md §12): only what its own fields say.
 pub(crate) fn validate_present(w: &Workload, cfg: &PolicyConfig) -> Result<(), Denial> {
     validate::validate(w, cfg, Checks::Present)
 }

@@ -1,4 +1,4 @@
-//! SPEC.md §5: resolve the pod's model URI against node-local caches and mount it, or record
+//! docs/policy.md §5: resolve the pod's model URI against node-local caches and mount it, or record
 //! why not. The decision is the index's ([`CacheIndex::lookup`]); this module reads the pod's
 //! inputs, short-circuits what needs no lookup (opted out, KServe-managed, not synced) and turns
 //! the answer into patch operations and warnings.

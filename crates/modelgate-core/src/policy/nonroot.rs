@@ -1,4 +1,4 @@
-//! SPEC.md §3: every container runs as a non-root, numeric user.
+//! docs/policy.md §3: every container runs as a non-root, numeric user.
 
 use super::validate::EphemeralScope;
 use super::view::SecurityContextView;

@@ -1,4 +1,4 @@
-//! SPEC.md §6: what is denied, and a message that names every offending field.
+//! docs/policy.md §6: what is denied, and a message that names every offending field.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -80,7 +80,7 @@ const PREP_ADVICE: &str =
 pub enum Checks {
     RangesOnly,
     All,
-    /// A partial template (SPEC.md §12): only what its fields say — the ranges, and a
+    /// A partial template (docs/policy.md §12): only what its fields say — the ranges, and a
     /// `runAsNonRoot: false` it writes. What it leaves out is filled in elsewhere.
     Present,
     /// An `ephemeralcontainers` update: everything, but the effective `runAsNonRoot` only of
@@ -185,7 +185,7 @@ fn check_range(
     }
 }
 
-/// The invariant `/validate` holds by itself (SPEC.md §6): a container's effective
+/// The invariant `/validate` holds by itself (docs/policy.md §6): a container's effective
 /// `runAsNonRoot` (its own, else the pod's) is `true`. `sc` is the container's security
 /// context's path; the violation names the container's own field, where the fix goes.
 fn check_non_root(

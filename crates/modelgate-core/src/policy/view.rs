@@ -1,7 +1,7 @@
 //! The object under review as the rules read it: borrowed views of exactly the fields a rule of
-//! SPEC.md reads, decoded in one pass from the object's JSON text.
+//! the rules read, decoded in one pass from the object's JSON text.
 //!
-//! Contract (SPEC.md §6):
+//! Contract (docs/policy.md §6):
 //! - every field listed here is type-checked against its Kubernetes schema (`runAsUser: "0"` or
 //!   `1000.5` is an error, and [`decode_pod`]/[`decode_job`] name the field's path);
 //! - every other field is skipped without being allocated or type-checked, but the whole text must

@@ -104,7 +104,7 @@ impl<'a> Workload<'a> {
         self.meta_path.key("annotations")
     }
 
-    /// A Windows pod (SPEC.md §1), where the API forbids uids, gids and fsGroup: `spec.os.name:
+    /// A Windows pod (docs/policy.md §1), where the API forbids uids, gids and fsGroup: `spec.os.name:
     /// windows`, or, without `spec.os`, a pod that selects Windows nodes: `nodeSelector`
     /// `kubernetes.io/os: windows`, or a required node affinity whose every term admits only
     /// that value.

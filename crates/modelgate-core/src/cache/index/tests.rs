@@ -1,4 +1,4 @@
-//! One test per rule of SPEC.md §5 that the index decides: matching, precedence, node-group
+//! One test per rule of docs/policy.md §5 that the index decides: matching, precedence, node-group
 //! choice, each hit check and each miss reason.
 
 use std::cell::Cell;

@@ -12,7 +12,7 @@ import (
 	"apiserver/webhookclient"
 )
 
-// mlRequest is one request of tests/ml_kinds.rs's export: an ML custom resource (SPEC.md
+// mlRequest is one request of tests/ml_kinds.rs's export: an ML custom resource (docs/policy.md
 // section 12) as the API server sends it to validate-controllers.modelgate.io, with the verdict
 // of the installed matchConditions (evaluated as CEL) on whether the webhook is called, and the
 // object's pod templates.

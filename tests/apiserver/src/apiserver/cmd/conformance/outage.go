@@ -11,7 +11,7 @@ import (
 	"apiserver/webhookclient"
 )
 
-// backstopSuffix ends every message of the backstop (SPEC.md section 13).
+// backstopSuffix ends every message of the backstop (docs/policy.md section 13).
 const backstopSuffix = "(modelgate backstop: the webhook did not set this)"
 
 // outageCounts is what the outage scenario did, for its summary line.

@@ -49,7 +49,7 @@ type outcome struct {
 //  2. POST /mutate, the answer verified (VerifyAdmissionResponse), the patch applied with
 //     evanphx/json-patch and the result defaulted (dispatcher.go callAttrMutatingHook);
 //  3. the built-in plugins re-run after the webhook's change (admission/reinvocation.go), then
-//     /mutate again with the result: SPEC §4 wants no second round, so its patch must be empty;
+//     /mutate again with the result: docs/policy.md §4 wants no second round, so its patch must be empty;
 //  4. BeforeCreate, then POST /validate: must allow;
 //  5. the API server's validation (apiserver/validation): no error the input did not have;
 //     and a Guaranteed pod stays Guaranteed;

@@ -12,7 +12,7 @@ var failureKinds = []struct{ kind, meaning string }{
 	{"call", "the call failed or its answer failed VerifyAdmissionResponse (the API server would fail the admission)"},
 	{"patch", "the patch did not decode or apply with evanphx/json-patch"},
 	{"expectation", "a generated object did not get the outcome it was built for (a hit, a miss, Guaranteed)"},
-	{"second-round", "after the API server re-ran its plugins, /mutate patched again (SPEC §4: no second round)"},
+	{"second-round", "after the API server re-ran its plugins, /mutate patched again (docs/policy.md §4: no second round)"},
 	{"validate-denied", "/validate denied an object /mutate had allowed and patched"},
 	{"apiserver-validation", "the patched object fails the API server's validation (an error the input did not have)"},
 	{"qos", "a Guaranteed pod is no longer Guaranteed after the patch"},

@@ -22,7 +22,7 @@ import (
 // (webhookclient.IdleConnTimeout) and sends the next call on it without any check; if the server
 // closed it meanwhile and the close crosses the request, the call fails, and a POST is not
 // retried (kubernetes#127335). So the server must never close a connection the client may still
-// reuse: its idle timeout must exceed 90 s (SPEC §7).
+// reuse: its idle timeout must exceed 90 s (docs/policy.md §7).
 //
 // Why the scenario runs at the server's default flags and not at a scaled-down idle timeout (say
 // --idle-timeout 1s with requests 1 s apart): the client's 90 s cannot be scaled with it, and

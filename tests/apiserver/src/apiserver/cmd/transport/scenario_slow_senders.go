@@ -18,7 +18,7 @@ import (
 // slowSenders: hundreds of requests whose bodies trickle in (the head of a 100 KB /mutate
 // body, its first KiB, then a byte every 1.5 s, starting over when cut), over HTTP/1.1
 // connections of their own and HTTP/2 streams, while the API server's client sends admissions
-// through its pool (SPEC.md §7: a slow sender never starves the API server). Reading a body
+// through its pool (docs/policy.md §7: a slow sender never starves the API server). Reading a body
 // holds none of the server's decision slots, so none of the admissions may fail; the tricklers
 // must be cut by the minimum body rate (408) about a second after they start, long before the
 // request's deadline. Also notes the server's peak RSS.

@@ -1,4 +1,4 @@
-//! Resident memory of `serve` holding `--max-connections` connections (issue 19; the memory
+//! Resident memory of `serve` holding `--max-connections` connections (the memory
 //! formula of docs/security.md).
 //!
 //! ```text

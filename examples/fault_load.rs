@@ -1,4 +1,4 @@
-//! Load with faults (issue 7), bounded in time, loopback only. See docs/reliability.md.
+//! Load with faults, bounded in time, loopback only. See docs/reliability.md.
 //!
 //! ```sh
 //! cargo build --release && cargo run --release --example fault_load -- --minutes 3

@@ -1,4 +1,4 @@
-//! End-to-end load harness (issue 6): `serve` against the physical floor of its own transport.
+//! End-to-end load harness: `serve` against the physical floor of its own transport.
 //!
 //! ```text
 //! cargo run --release --example loadgen                   # the full run (about a minute)
@@ -176,7 +176,8 @@ struct Options {
     /// `RUST_LOG` for serve (default: unset, so serve's own default `info`: one line per
     /// admission); `warn` measures serve without the admission line.
     serve_log: Option<String>,
-    /// The Go load generator to run instead of this program's own client (issue 19).
+    /// The Go load generator to run instead of this program's own client: kube-apiserver's
+    /// own client code (tests/apiserver).
     go_client: Option<PathBuf>,
     /// Further arguments for it, split at spaces.
     go_args: Vec<String>,
@@ -724,7 +725,7 @@ fn driver_main() -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     if let Some(go) = &o.go_client {
-        // kube-apiserver's client drives the same two servers (issue 19).
+        // kube-apiserver's client drives the same two servers.
         let url = |s: &Server| format!("https://localhost:{}/mutate", s.addr.port());
         let status = Command::new(go)
             .arg("-serve")

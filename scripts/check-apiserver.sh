@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kube-apiserver as the client (issue 19): Go programs under tests/apiserver rebuild the API
+# kube-apiserver as the client: Go programs under tests/apiserver rebuild the API
 # server's own client-side code (its webhook client, VerifyAdmissionResponse, evanphx/json-patch,
 # defaulting, the built-in admission plugins, pod validation, the Job controller's pods) and run
 # them against the modelgate binary. Go and its libraries come from Debian, pinned, installed by

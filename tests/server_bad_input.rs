@@ -1,4 +1,4 @@
-//! The bad-input table of issue 7, against the real `serve` binary over TLS: every case gets its
+//! The bad-input table of docs/reliability.md, against the real `serve` binary over TLS: every case gets its
 //! exact expected answer, and after every case a fresh connection proves the server still serves.
 //! Also: a thousand concurrent h2 streams on one connection, slowloris clients that must not hold
 //! a worker, and plaintext HTTP on the TLS port.

@@ -1,5 +1,5 @@
-// Command loadgen measures modelgate's speed as kube-apiserver loads it (issue 19, part 3;
-// docs/benchmarks.md): it drives two servers, `serve` and the floor (the same TLS and HTTP stack
+// Command loadgen measures modelgate's speed as kube-apiserver loads it (docs/benchmarks.md):
+// it drives two servers, `serve` and the floor (the same TLS and HTTP stack
 // answering the very bytes serve answers, without parsing), with the API server's own webhook
 // client (package apiserver/webhookclient), alternating between them in the same run, and prints
 // a markdown table of the ratios and of the server CPU per request.

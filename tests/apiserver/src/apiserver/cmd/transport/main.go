@@ -1,4 +1,4 @@
-// Command transport is the transport conformance harness of modelgate (issue 19, docs/policy.md §7): it
+// Command transport is the transport conformance harness of modelgate (docs/policy.md §7): it
 // starts the real `modelgate serve` binary and calls it with kube-apiserver's own webhook client
 // (package apiserver/webhookclient) through the situations a production API server puts it in,
 // counting failed admissions (a transport error, a status outside 200..206, an answer that

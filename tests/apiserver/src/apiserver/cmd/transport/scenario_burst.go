@@ -11,7 +11,7 @@ import (
 // created: the API server's pool holds at most 25 idle connections, so every concurrent call
 // beyond them opens a new TLS connection (docs/policy.md §7). Against the default --max-connections, none
 // may fail: a server at its cap must leave the excess in the listen backlog, not accept and
-// close it (issue 19, defect 4). Also measures the server's RSS at the burst's peak.
+// close it. Also measures the server's RSS at the burst's peak.
 func burst200(h *harness) *result {
 	const calls = 200
 	r := &result{}

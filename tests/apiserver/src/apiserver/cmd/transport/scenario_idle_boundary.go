@@ -18,7 +18,7 @@ import (
 	"apiserver/webhookclient"
 )
 
-// Idle connections (issue 19, defect 5). The API server keeps an idle connection up to 90 s
+// Idle connections. The API server keeps an idle connection up to 90 s
 // (webhookclient.IdleConnTimeout) and sends the next call on it without any check; if the server
 // closed it meanwhile and the close crosses the request, the call fails, and a POST is not
 // retried (kubernetes#127335). So the server must never close a connection the client may still

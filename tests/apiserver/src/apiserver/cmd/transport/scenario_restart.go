@@ -14,7 +14,7 @@ import (
 // deleted: its endpoint leaves the rotation and it gets SIGTERM at the same moment; it must keep
 // answering its existing connections and move them off itself (Connection: close on every
 // HTTP/1.1 answer from SIGTERM on), so that no call fails when it exits at the end of
-// --shutdown-grace (issue 19, defect 6).
+// --shutdown-grace.
 func rollingRestart(h *harness) *result {
 	const (
 		workers = 32

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -259,3 +260,16 @@ def test_kustomize_monitoring_is_the_charts(assets: Assets, all_on) -> None:
     cm = named(k, "ConfigMap", "modelgate-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert [d for d in of_kind(k, "ConfigMap") if d["metadata"]["name"] == "modelgate-dashboard"]
+
+
+@pytest.mark.parametrize("source", ["helm", "kustomize"])
+def test_the_pod_update_condition_is_the_binarys(assets: Assets, modelgate_bin: Path, source: str) -> None:
+    """The validating webhook's Pod UPDATE condition (docs/policy.md §6: only updates that change
+    an init container's image reach it) is written in the chart and the manifests by hand; it
+    must say exactly what the backstop's policy says, which `modelgate backstop` renders."""
+    name = "only-pod-updates-that-change-init-images"
+    printed = run(modelgate_bin, "backstop", env={"PATH": "/usr/bin:/bin"}).stdout
+    policy = next(d for d in yaml.safe_load_all(printed) if d and d["kind"] == "ValidatingAdmissionPolicy")
+    want = " ".join(next(c["expression"] for c in policy["spec"]["matchConditions"] if c["name"] == name).split())
+    path = assets.render("default") if source == "helm" else assets.kustomize("default")
+    assert conditions(path)["validate.modelgate.io"][name] == want

@@ -9,13 +9,15 @@
 #   scripts/check-install-assets.sh -k monitoring    only tests whose name matches
 #
 # The tests against the binary use target/debug/modelgate (scripts/test.sh builds it with
-# `cargo test` first) or MODELGATE_BIN; the corpus is an input that scripts/inputs.sh resolves
-# (.inputs/corpus; MODELGATE_CORPUS names another).
+# `cargo test` first) or MODELGATE_BIN; the corpus and kube-apiserver's CEL (the kube-cel binaries
+# that evaluate the webhooks' matchConditions) are inputs that scripts/inputs.sh resolves
+# (.inputs/corpus, .inputs/kube-cel; MODELGATE_CORPUS, MODELGATE_KUBE_CEL_DIR name others).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 needed=()
 [[ -n "${MODELGATE_CORPUS:-}" ]] || needed+=(corpus)
+[[ -n "${MODELGATE_KUBE_CEL_DIR:-}" ]] || needed+=(kube-cel)
 [[ ${#needed[@]} -eq 0 ]] || "$REPO/scripts/inputs.sh" --quiet "${needed[@]}"
 "$REPO/scripts/install-tools.sh"
 BIN="${MODELGATE_TOOLS_DIR:-$REPO/.tools}/bin"

@@ -56,8 +56,10 @@ PY_REQUIREMENTS=(
   "iniconfig==2.3.1 --hash=sha256:9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7"
   "Pygments==2.21.0 --hash=sha256:2363c69b61c4a97c838da3b130dcd6468f4848992b21a82f2a63ec34377137d9"
   "ruff==0.17.5 --hash=sha256:40ca8afaac309b41a5b2e09e4e7beb1f824826b93c25697c4d74f573324fba4e"
-  # tests/assets: a CEL evaluator (cel-rust bindings) for the webhooks' matchConditions, and
-  # what it needs (its package imports its command line, hence typer and rich)
+  # tests/assets: a CEL evaluator (cel-rust bindings) for the CRDs' x-kubernetes-validations
+  # rules (test_crds.py; the webhooks' matchConditions are evaluated by kube-apiserver's own CEL,
+  # the kube-cel input), and what it needs (its package imports its command line, hence typer
+  # and rich)
   "common-expression-language==0.10.0 --hash=sha256:0fe7d794056d99d5fca4fb7d99f640b2311a84d850e498507a4edd67244a79af"
   "typer==0.29.2 --hash=sha256:f30731f8ca758368b836b3714872e58e395cef8fcaff918c853b1969ed5274e7"
   "annotated-doc==0.0.7 --hash=sha256:6bc31bbbec6dfaaedc1676dbc11dbda96fe22a2b5c400e9ebad113fec44a9dc6"

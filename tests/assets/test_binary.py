@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import checks
-from k8s import load, policy_flags
 from documented_defaults import read_policy_defaults
+from k8s import load, policy_flags
 from tools import Assets, run
 
 CACHE_POD = """apiVersion: v1

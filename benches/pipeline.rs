@@ -57,6 +57,7 @@ fn pipeline(c: &mut Criterion) {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let mut group = c.benchmark_group("pipeline");
     for (name, body) in reviews() {

@@ -222,6 +222,7 @@ fn main() {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     // Each decision timed alone, on this one thread: the review's construction above is not
     // the server's cost.

@@ -117,6 +117,7 @@ fn floor_main() -> anyhow::Result<()> {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let fixed = Bytes::from(admission::review(Webhook::Mutate, &body, &ctx).body);
     drop(index);

@@ -48,6 +48,7 @@ fn main() {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let mut bytes = 0;
     let mut allowed = 0;

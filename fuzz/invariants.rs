@@ -122,6 +122,7 @@ fn answer(webhook: Webhook, body: &[u8]) -> (u16, Value) {
         config: &CONFIG,
         caches: Caches::Ready(&INDEX),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let out = admission::review(webhook, body, &ctx);
     let v: Value = serde_json::from_slice(&out.body).expect("the answer is JSON");

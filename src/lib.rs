@@ -15,17 +15,28 @@
 //! - [`documents`]: YAML and JSON files read as kubectl reads them (docs/policy.md §8);
 //! - [`duration`]: durations as Kubernetes writes them (`10s`, `1m30s`), for flags and queries;
 //! - [`junit`]: the JUnit XML format that `review` and `audit` write;
-//! - [`audit`]: `modelgate audit`'s evaluation of existing workloads (SPEC.md §10);
+//! - [`audit`]: `modelgate audit`'s evaluation of existing workloads (docs/policy.md §10);
+//! - [`images`]: `modelgate images`, each workload image's OCI config read from its registry
+//!   (never on the admission path);
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
 //! - [`cli`]: the commands and their flags (the policy flags convert into the core's config).
 
-pub use modelgate_core::{admission, backstop, config, policy};
+pub use modelgate_core::{admission, backstop, config, exceptions, policy};
+
+/// The clock of the decisions that read exceptions' `expires` (docs/exceptions.md): Unix
+/// seconds now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
 
 pub mod audit;
 pub mod cache;
 pub mod cli;
 pub mod documents;
 pub mod duration;
+pub mod images;
 pub mod junit;
 pub mod namespaces;
 mod reflector;

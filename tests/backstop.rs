@@ -456,6 +456,7 @@ impl Webhooks {
             config: &self.cfg,
             caches: Caches::Ready(&self.index),
             namespaces: &self.namespaces,
+            now: None,
         };
         testing::review(webhook, review, &ctx)
     }

@@ -141,6 +141,7 @@ fn resolve(store: &CacheStore, namespace: &str, model_uri: &str) -> (String, Vec
         config: &policy,
         caches: view.caches(),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let outcome = admission::review(Webhook::Mutate, &pod_review(namespace, model_uri), &ctx);
     assert_eq!(outcome.http_status, 200);

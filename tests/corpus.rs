@@ -1116,6 +1116,7 @@ fn run_object(
         config: cfg,
         caches: Caches::Ready(index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     examine(
         label,
@@ -1611,6 +1612,7 @@ fn kserve_cache_objects_and_samples_reviewed_as_objects_are_other_kinds() {
         config: &cfg,
         caches: Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     // LocalModelCache, LocalModelNodeGroup: with the caches loaded they are still not
     // intercepted; InferenceService and LLMInferenceService are judged on their partial
@@ -1733,6 +1735,7 @@ fn a_mutated_job_template_yields_pods_the_pod_webhook_leaves_alone() {
             config: &cfg,
             caches: Caches::Ready(&index),
             namespaces: modelgate::namespaces::Namespaces::none(),
+            now: None,
         },
     );
     assert!(

@@ -1375,6 +1375,7 @@ fn a_review_the_server_refuses_is_refused_with_the_server_s_message() {
         config: &config,
         caches: modelgate::policy::Caches::Ready(&index),
         namespaces: modelgate::namespaces::Namespaces::none(),
+        now: None,
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("review_cli_refused");
     std::fs::create_dir_all(&dir).unwrap();

@@ -14,8 +14,10 @@ use std::time::Duration;
 use common::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
+// modelgate's own CRD is installed with it (docs/exceptions.md): without it the watch would
+// retry its list in the background, and count among the API requests.
 use support::fake_apiserver::{
-    CACHES, FakeApiServer, NAMESPACE_CACHES, NAMESPACES, NODE_GROUPS, NODES, PVCS,
+    CACHES, EXCEPTIONS, FakeApiServer, NAMESPACE_CACHES, NAMESPACES, NODE_GROUPS, NODES, PVCS,
 };
 
 fn ns_cache(ns: &str, name: &str, uri: &str, downloaded: &[&str]) -> Value {
@@ -130,7 +132,7 @@ async fn serve_against(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_waits_for_the_cluster_caches_and_resolves_against_them() {
-    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
     // The node group `workers`, its two Nodes, and the PVC KServe made in team-a.
     api.apply(
         NODE_GROUPS,
@@ -309,7 +311,7 @@ fn watch_gauge(scrape: &str, name: &str, watch: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_is_not_ready_until_the_namespaces_are_listed() {
-    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
     api.apply(
         NAMESPACES,
         namespace("team-a", json!({"modelgate.io/mode": "off"})),
@@ -382,7 +384,7 @@ async fn serve_is_not_ready_until_the_namespaces_are_listed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_follows_namespace_mode_labels_without_a_restart() {
-    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
     api.apply(NAMESPACES, namespace("team-a", json!({})));
     api.apply(
         NAMESPACES,
@@ -486,7 +488,7 @@ fn claim(name: &str, spec: Value, annotations: Value, phase: &str) -> Value {
 /// once with a GET and gets the prep; one that does not exist gets none; each read is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_judges_the_claim_under_the_cache_and_reads_one_its_watch_has_not_delivered() {
-    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
     api.apply(
         PVCS,
         claim(

@@ -55,6 +55,8 @@ impl Status {
 pub const PATCH: &str = "patch";
 pub const MODEL_CACHE_OUTCOME: &str = "modelCacheOutcome";
 pub const MODEL_CACHE_REASON: &str = "modelCacheReason";
+/// The exceptions that waived the rule for the workload (docs/exceptions.md), comma-separated.
+pub const EXCEPTION: &str = "exception";
 
 /// One rule's result for one workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,6 +153,7 @@ pub(super) fn after_mutation(
                     }
                 }
             });
+            waived(&mut result, mutated, validated);
             if rule == Rule::ModelCache
                 && let Some(resolved) = mutated.model_cache
             {
@@ -163,6 +166,41 @@ pub(super) fn after_mutation(
             result
         })
         .collect()
+}
+
+/// A rule an exception waived for the workload (docs/exceptions.md): `skip`, naming the
+/// exception, where the rule would change nothing else; a `warn` or `fail` for what the
+/// exception does not cover stays, and names the exception too.
+fn waived(result: &mut RuleResult, mutated: &Decision, validated: &Decision) {
+    use crate::exceptions::Waivable;
+    let waivable = match result.rule {
+        Rule::NonRoot => Waivable::NonRoot,
+        Rule::CachePrep => Waivable::CachePrep,
+        _ => return,
+    };
+    let mut uses: Vec<&crate::exceptions::ExceptionUse> = Vec::new();
+    for u in mutated.exceptions.iter().chain(&validated.exceptions) {
+        if u.waives(waivable) && !uses.iter().any(|k| k.name == u.name) {
+            uses.push(u);
+        }
+    }
+    if uses.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = uses.iter().map(|u| u.name.as_str()).collect();
+    let named = uses
+        .iter()
+        .map(|u| format!("exception {} (until {})", u.name, u.expires))
+        .collect::<Vec<_>>()
+        .join(", ");
+    result.properties.insert(EXCEPTION, names.join(","));
+    match result.status {
+        Status::Pass | Status::Skip => {
+            result.status = Status::Skip;
+            result.message = format!("waived by {named}");
+        }
+        _ => result.message = format!("{}; {waivable} waived in part by {named}", result.message),
+    }
 }
 
 /// The result of a rule that only warns: `warn` with what the validating pass found (in the

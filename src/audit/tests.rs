@@ -29,6 +29,7 @@ fn with_ctx<T>(namespaces: &Namespaces, f: impl FnOnce(&Context) -> T) -> T {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces,
+        now: None,
     };
     f(&ctx)
 }
@@ -172,6 +173,7 @@ fn evaluation_is_enforce_and_names_fields_in_the_controllers_terms() {
         Some(NamespaceLabels {
             mode: Some("off".into()),
             pod_security_enforce: None,
+            exceptions: None,
         }),
     );
     let e = with_ctx(&labelled.without_modes(), |ctx| evaluate(&pod, ctx));
@@ -605,4 +607,57 @@ fn a_privileged_container_is_a_root_equivalent_warning_never_a_denial() {
     }));
     let e = with_ctx(&none, |ctx| evaluate(&plain, ctx));
     assert_eq!(result(&e, Rule::RootEquivalent).status, Status::Pass);
+}
+
+#[test]
+fn a_rule_an_exception_waives_is_a_skip_that_names_it() {
+    use crate::exceptions::{Exception, NAMESPACE_LABEL};
+    let mut open = Namespaces::default();
+    let labels = BTreeMap::from([(NAMESPACE_LABEL.to_string(), "allowed".to_string())]);
+    open.set("team-a", NamespaceLabels::from_labels(&labels));
+    let mut index = crate::cache::CacheIndex::new();
+    index.upsert_exception(Arc::new(
+        Exception::from_object(&json!({
+            "metadata": {"name": "vendor-root", "namespace": "team-a"},
+            "spec": {"reason": "r", "expires": "2027-01-01T00:00:00Z", "rules": ["non-root"],
+                     "selector": {"matchLabels": {"app": "vendor"}}}}))
+        .unwrap(),
+    ));
+    let config = PolicyConfig::default().with_default_exemptions(None);
+    let ctx = Context {
+        config: &config,
+        caches: Caches::Ready(&index),
+        namespaces: &open,
+        now: crate::exceptions::parse_time("2026-12-01T00:00:00Z"),
+    };
+    // The pod already complies at pod level; its one container runs as root.
+    let deploy = |app: &str| {
+        target(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "vendor", "namespace": "team-a"},
+            "spec": {"template": {"metadata": {"labels": {"app": app}}, "spec": {
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
+                "containers": [{"name": "engine", "image": "vendor",
+                                "securityContext": {"runAsUser": 0, "runAsNonRoot": false}}]}}}
+        }))
+    };
+    let e = evaluate(&deploy("vendor"), &ctx);
+    let r = result(&e, Rule::NonRoot);
+    assert_eq!(r.status, Status::Skip, "{r:?}");
+    assert_eq!(
+        r.message,
+        "waived by exception vendor-root (until 2027-01-01T00:00:00Z)"
+    );
+    assert_eq!(
+        r.properties.get(rules::EXCEPTION).map(String::as_str),
+        Some("vendor-root")
+    );
+    // The same workload without the labels: denied, as ever.
+    let e = evaluate(&deploy("other"), &ctx);
+    assert_eq!(result(&e, Rule::NonRoot).status, Status::Fail);
+    assert!(
+        !result(&e, Rule::NonRoot)
+            .properties
+            .contains_key(rules::EXCEPTION)
+    );
 }

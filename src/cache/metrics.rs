@@ -173,6 +173,7 @@ impl CacheMetrics {
             (Kind::NodeGroup, c.node_groups),
             (Kind::Pvc, c.pvcs),
             (Kind::Node, c.nodes),
+            (Kind::Exception, index.exception_count()),
         ] {
             self.objects
                 .get_or_create(&KindLabel { kind: kind.name() })

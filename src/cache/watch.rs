@@ -70,7 +70,7 @@ pub struct ClusterCacheArgs {
     pub no_cluster: bool,
 
     /// How long /readyz waits for the first list of each watched kind (the three cache kinds,
-    /// PVCs, Nodes; e.g. 30s, 500ms, 2m). After it, requests are admitted with `not-synced`
+    /// PVCs, Nodes, ModelgateExceptions; e.g. 30s, 500ms, 2m). After it, requests are admitted with `not-synced`
     /// model cache misses and a warning until synced.
     #[arg(long, env = "MODELGATE_CACHE_SYNC_TIMEOUT", default_value = "30s",
           value_parser = parse_sync_timeout)]

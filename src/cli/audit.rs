@@ -372,6 +372,7 @@ fn audit_files(
             config,
             caches: Caches::Ready(&index),
             namespaces: &namespaces,
+            now: Some(crate::unix_now()),
         },
         table,
         config,
@@ -395,7 +396,7 @@ fn audit_files(
 
 /// A directory stands for its `.yaml`, `.yml` and `.json` files, in name order, as
 /// `kubectl apply -f DIR` reads them (not recursively).
-fn expand_directories(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn expand_directories(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for path in inputs {
         if !path.is_dir() {
@@ -469,6 +470,7 @@ fn audit_cluster(
                 config,
                 caches: Caches::Ready(&listed.index),
                 namespaces: &namespaces,
+                now: Some(crate::unix_now()),
             },
             table,
             config,

@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod backstop;
 pub mod certs;
+pub mod images;
 pub mod policy;
 pub mod review;
 pub mod serve;
@@ -44,6 +45,9 @@ pub enum Command {
     Audit(Box<audit::AuditArgs>),
     /// Serve the webhooks over TLS (`--dev`: with a generated certificate, for trying it out).
     Serve(Box<serve::ServeArgs>),
+    /// Read each workload image's OCI config from its registry: the User it declares next to
+    /// the uid modelgate's mutation gives the container (`--expect-user`: the image contract).
+    Images(Box<images::ImagesArgs>),
     /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
     Certs(certs::CertsArgs),
     /// Print the ValidatingAdmissionPolicy and binding that hold the policy inside the API
@@ -166,6 +170,7 @@ pub fn main() -> ExitCode {
         Command::Review(args) => review::run(args),
         Command::Audit(args) => audit::run(*args),
         Command::Serve(args) => serve::run(*args),
+        Command::Images(args) => images::run(*args),
         Command::Certs(args) => certs::run(args),
         Command::Backstop(args) => backstop::run(*args),
     }

@@ -192,6 +192,23 @@ pub struct PolicyArgs {
         value_parser = parse_workload_kinds
     )]
     pub workload_kinds: Option<Arc<WorkloadKinds>>,
+
+    /// The longest a ModelgateException may run, in days from its creation (1..3650):
+    /// /validate refuses an expires further ahead, and one that outlives its creation by more
+    /// is never honoured.
+    #[arg(long, env = "MODELGATE_MAX_EXCEPTION_DAYS", value_name = "DAYS",
+          default_value_t = crate::exceptions::DEFAULT_MAX_DAYS, value_parser = parse_days)]
+    pub max_exception_days: u32,
+}
+
+/// `--max-exception-days`: a whole number of days from 1 to 3650.
+fn parse_days(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=3650).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a whole number of days from 1 to 3650"
+        )),
+    }
 }
 
 /// `--prep-storage-class`: a StorageClass name, as the API server validates one (a DNS
@@ -254,6 +271,7 @@ impl PolicyArgs {
             absent_claims: AbsentClaims::default(),
             pod_security_default: self.pod_security_default.into(),
             workload_kinds: self.workload_kinds.unwrap_or_else(WorkloadKinds::defaults),
+            max_exception_days: self.max_exception_days,
         }
         // The manifests give the pod its namespace in POD_NAMESPACE (the downward API).
         .with_default_exemptions(std::env::var("POD_NAMESPACE").ok().as_deref())

@@ -134,6 +134,7 @@ pub fn execute(args: ReviewArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         config: &config,
         caches: Caches::Ready(&index),
         namespaces: &namespaces,
+        now: Some(crate::unix_now()),
     };
     let mut docs = Vec::new();
     let inputs = if args.inputs.is_empty() {

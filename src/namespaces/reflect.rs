@@ -104,6 +104,7 @@ mod tests {
             Some(NamespaceLabels {
                 mode: Some("off".into()),
                 pod_security_enforce: None,
+                exceptions: None,
             }),
         );
         let objects = Mutex::new(files);

@@ -43,6 +43,19 @@ pub struct DurationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExceptionLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The most `modelgate_exception_uses_total` series: past it, the uses of exceptions not seen
+/// yet are counted under `namespace="_other", name="_other"` (docs/operations.md). Exceptions
+/// are granted by hand and expire within `--max-exception-days`: a cluster has a handful.
+pub const MAX_EXCEPTION_SERIES: usize = 500;
+/// The label values of the uses past [`MAX_EXCEPTION_SERIES`].
+pub const OTHER_EXCEPTIONS: &str = "_other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -130,6 +143,9 @@ pub struct Metrics {
     cache_lookups: Option<LookupCounters>,
     /// The series of `requests`, `duration` and `policy_results`, each kept at its first use.
     series: SeriesCache,
+    /// `modelgate_exception_uses_total`, and the series it has (bounded).
+    exception_uses: Family<ExceptionLabels, Counter>,
+    exception_series: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// Every `kind` label value: the workload kinds, then `none` (no kind) and `other`; a kind's
@@ -301,6 +317,20 @@ impl Metrics {
              and result (patched, denied, unchanged, would_patch, would_deny)",
             policy_results.clone(),
         );
+        let exception_uses = Family::<ExceptionLabels, Counter>::default();
+        registry.register(
+            "modelgate_exception_uses",
+            "Answers that used a ModelgateException, by its namespace and name (docs/exceptions.md)",
+            exception_uses.clone(),
+        );
+        // Exported from the start (at 0), so that the family and its labels are known before
+        // the first use.
+        exception_uses
+            .get_or_create(&ExceptionLabels {
+                namespace: OTHER_EXCEPTIONS.to_string(),
+                name: OTHER_EXCEPTIONS.to_string(),
+            })
+            .inc_by(0);
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "modelgate_tls_reloads",
@@ -388,6 +418,8 @@ impl Metrics {
             probe_open_connections,
             cache_lookups: None,
             series: SeriesCache::new(),
+            exception_uses,
+            exception_series: Default::default(),
         };
         // The per-admission families, at 0 from the start too: every policy result, and the
         // requests and durations of a Pod CREATE (not dry run), so that each family has its
@@ -476,6 +508,33 @@ impl Metrics {
         if let Some(reason) = summary.error {
             self.error(reason);
         }
+        for name in &summary.exceptions {
+            self.exception_used(&summary.namespace, name);
+        }
+    }
+
+    /// Counts one use of the exception `namespace/name`, within [`MAX_EXCEPTION_SERIES`].
+    pub fn exception_used(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        let labels = {
+            let mut seen = self
+                .exception_series
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.contains(&key) || seen.len() < MAX_EXCEPTION_SERIES {
+                seen.insert(key.clone());
+                ExceptionLabels {
+                    namespace: key.0,
+                    name: key.1,
+                }
+            } else {
+                ExceptionLabels {
+                    namespace: OTHER_EXCEPTIONS.to_string(),
+                    name: OTHER_EXCEPTIONS.to_string(),
+                }
+            }
+        };
+        self.exception_uses.get_or_create(&labels).inc();
     }
 
     /// Records the duration of a request; `kind` and `operation` are label values
@@ -629,6 +688,40 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn exception_uses_are_counted_by_name_within_a_bounded_number_of_series() {
+        let m = Metrics::new();
+        m.admission(
+            Webhook::Validate,
+            &Summary {
+                namespace: "team-a".into(),
+                exceptions: vec!["vendor-root".into()],
+                ..Default::default()
+            },
+            0.001,
+        );
+        m.exception_used("team-a", "vendor-root");
+        for i in 0..MAX_EXCEPTION_SERIES + 10 {
+            m.exception_used("team-b", &format!("e{i}"));
+        }
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains(
+                r#"modelgate_exception_uses_total{namespace="team-a",name="vendor-root"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"modelgate_exception_uses_total{namespace="_other",name="_other"} 11"#),
+            "{text}"
+        );
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("modelgate_exception_uses_total{"))
+            .count();
+        assert_eq!(series, MAX_EXCEPTION_SERIES + 1);
     }
 
     #[test]
@@ -795,6 +888,7 @@ mod tests {
                 config: &config,
                 caches: Caches::Ready(&index),
                 namespaces: Namespaces::none(),
+                now: None,
             };
             for webhook in WEBHOOKS {
                 for body in &bodies {

@@ -1342,6 +1342,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, req: Request) -> Response
         config: &state.config,
         caches: view.caches(),
         namespaces: &namespaces,
+        now: Some(crate::unix_now()),
     };
     let mut outcome = admission::review(webhook, &read.bytes, &ctx);
     if let (Some(reader), Some(claim)) = (&state.claim_reader, &outcome.summary.claim_to_read) {

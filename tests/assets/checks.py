@@ -31,7 +31,15 @@ POD_RULES = sorted(
 )
 # The validating entry also sees a Pod UPDATE (its matchConditions keep only those that change an
 # init container's image): the model-cache-prep image may not change after admission.
-VALIDATE_POD_RULES = sorted([*POD_RULES, ("", "v1", "UPDATE", "pods")])
+# ... and the exceptions themselves (docs/exceptions.md).
+VALIDATE_POD_RULES = sorted(
+    [
+        *POD_RULES,
+        ("", "v1", "UPDATE", "pods"),
+        ("modelgate.io", "v1alpha1", "CREATE", "modelgateexceptions"),
+        ("modelgate.io", "v1alpha1", "UPDATE", "modelgateexceptions"),
+    ]
+)
 # docs/policy.md §11, §12: the pod templates of the workload controllers and of the ML custom resources,
 # CREATE and UPDATE (the entry's matchConditions skip an UPDATE that leaves every template as it
 # was). The kinds are the rows of the workload-kind table, which the server and the chart share.
@@ -303,7 +311,11 @@ def deployment(path, ns: str, uid_mode: str) -> None:
 def rbac(path, ns: str) -> None:
     docs = load(path)
     expect(not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "no namespaced Role is needed")
-    cr = one(docs, "ClusterRole")
+    crb = one(docs, "ClusterRoleBinding")
+    bound = [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] == crb["roleRef"]["name"]]
+    expect(len(bound) == 1, "the ClusterRoleBinding must bind one of the rendered ClusterRoles")
+    cr = bound[0]
+    exception_editor(docs)
     # (apiGroup, resources) -> verbs: read-only, and nothing else.
     expected = {
         ("serving.kserve.io", ("localmodelcaches", "localmodelnamespacecaches", "localmodelnodegroups")): [
@@ -317,6 +329,8 @@ def rbac(path, ns: str) -> None:
         ("", ("persistentvolumeclaims",)): ["get", "list", "watch"],
         ("", ("nodes",)): ["list", "watch"],
         ("", ("namespaces",)): ["list", "watch"],
+        # Exceptions (docs/exceptions.md): watched, never written.
+        ("modelgate.io", ("modelgateexceptions",)): ["list", "watch"],
     }
     seen = set()
     for r in cr["rules"]:
@@ -338,6 +352,20 @@ def rbac(path, ns: str) -> None:
         crb["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
         f"ClusterRoleBinding must bind only ServiceAccount {ns}/{sa}",
     )
+
+
+def exception_editor(docs) -> None:
+    """The exception editor ClusterRole: bound by nobody, its rights only on the exceptions, and
+    aggregated into admin only when asked (docs/exceptions.md)."""
+    editors = [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("modelgate-exception-editor")]
+    expect(len(editors) == 1, "one modelgate-exception-editor ClusterRole expected")
+    editor = editors[0]
+    for r in editor["rules"]:
+        expect(r["apiGroups"] == ["modelgate.io"] and r["resources"] == ["modelgateexceptions"], f"editor rule {r}")
+    verbs = sorted({v for r in editor["rules"] for v in r["verbs"]})
+    expect(verbs == sorted(["get", "list", "watch", "create", "update", "patch", "delete"]), f"editor verbs {verbs}")
+    for b in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding"):
+        expect(b["roleRef"]["name"] != editor["metadata"]["name"], f"{b['metadata']['name']} binds the exception editor")
 
 
 def kinds(path, *expected: str) -> None:

@@ -30,6 +30,7 @@ WORKLOADS = {("", "pods"), ("batch", "jobs")} | {(r["group"], r["plural"]) for r
 CLUSTER_READS = {
     ("serving.kserve.io", "localmodelcaches"), ("serving.kserve.io", "localmodelnamespacecaches"),
     ("serving.kserve.io", "localmodelnodegroups"), ("", "persistentvolumeclaims"), ("", "nodes"), ("", "namespaces"),
+    ("modelgate.io", "modelgateexceptions"),
 }  # fmt: skip
 # The flags of the policy (docs/policy.md section 2), which the audit must take as the webhook does.
 POLICY_FLAGS = checks.POLICY_FLAGS | {"--default-mode"}
@@ -316,10 +317,13 @@ def test_audit_checks_can_fail(assets: Assets, openreports, policyreport) -> Non
     def audit_role(docs: list[Obj]) -> Obj:
         return next(r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-audit"))
 
+    def deployments(role: Obj) -> Obj:
+        return next(r for r in role["rules"] if "deployments" in r["resources"])
+
     with pytest.raises(AssertionError, match=r"extra.*watch"):
         audit_rbac(broken("watch", lambda docs: audit_role(docs)["rules"][0]["verbs"].append("watch")), "openreports")
     with pytest.raises(AssertionError, match=r"extra.*deployments', 'patch'"):
-        audit_rbac(broken("write", lambda docs: audit_role(docs)["rules"][4]["verbs"].append("patch")), "openreports")
+        audit_rbac(broken("write", lambda docs: deployments(audit_role(docs))["verbs"].append("patch")), "openreports")
     with pytest.raises(AssertionError, match="--write-reports"):
         audit_cronjob(broken("args", lambda docs: audit_container(docs)[2]["args"].remove("--write-reports")), "openreports")
     with pytest.raises(AssertionError, match="--report-api=openreports"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import filecmp
 
+import cel
 import jsonschema
 import pytest
 
@@ -101,6 +102,7 @@ def test_chart_crds_are_manifests_crds(assets: Assets) -> None:
         for d in of_kind(
             load(str(assets.render("certmanager", "--set", "certManager.enabled=true,crds.install=true"))), "CustomResourceDefinition"
         )
+        if d["metadata"]["name"].endswith(".serving.kserve.io")
     }
     originals = {d["metadata"]["name"]: d for p in files for d in load(p)}
     assert sorted(rendered) == sorted(originals)
@@ -108,3 +110,130 @@ def test_chart_crds_are_manifests_crds(assets: Assets) -> None:
         assert rendered[name]["spec"] == d["spec"], name + ": the chart's spec differs from manifests/crds"
         ann = rendered[name]["metadata"].get("annotations") or {}
         assert ann.get("helm.sh/resource-policy") == "keep", name + ": helm.sh/resource-policy: keep missing"
+
+
+# --- ModelgateException (docs/exceptions.md) ------------------------------------------------------
+
+EXCEPTION_CRD = "modelgateexceptions.modelgate.io.yaml"
+
+
+def good_exception() -> dict:
+    return {
+        "apiVersion": "modelgate.io/v1alpha1",
+        "kind": "ModelgateException",
+        "metadata": {"name": "vendor-root", "namespace": "team-a"},
+        "spec": {
+            "reason": "the vendor image runs as root until its 2.0",
+            "expires": "2027-01-01T00:00:00Z",
+            "rules": ["non-root"],
+            "selector": {"matchLabels": {"app": "vendor"}},
+            "containers": ["vendor"],
+            "images": ["registry.example/vendor@sha256:abc", "registry.example/vendor:2.*"],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def exception_schema(assets: Assets) -> dict:
+    [crd] = load(str(assets.manifests / "base" / EXCEPTION_CRD))
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "modelgateexceptions.modelgate.io"
+    assert (spec["group"], spec["scope"], spec["names"]["kind"], spec["names"]["plural"]) == (
+        "modelgate.io", "Namespaced", "ModelgateException", "modelgateexceptions",
+    )  # fmt: skip
+    assert spec["names"]["shortNames"] == ["mgex"]
+    [v] = spec["versions"]
+    assert v["name"] == "v1alpha1" and v["served"] and v["storage"]
+    assert [c["name"] for c in v["additionalPrinterColumns"]] == ["Rules", "Expires", "Age"]
+    schema = v["schema"]["openAPIV3Schema"]
+    structural(schema)
+    return schema
+
+
+def cel_failures(schema: dict, value) -> list[str]:
+    """The messages of the x-kubernetes-validations rules that `value` breaks, evaluated where the
+    API server evaluates them (each rule with `self` bound to its node)."""
+    out = []
+    for rule in schema.get("x-kubernetes-validations", []):
+        result = cel.evaluate(rule["rule"], {"self": value})
+        assert isinstance(result, bool), rule
+        if not result:
+            out.append(rule["message"])
+    if isinstance(value, dict):
+        for k, sub in (schema.get("properties") or {}).items():
+            if k in value:
+                out += cel_failures(sub, value[k])
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            out += cel_failures(schema["items"], item)
+    return out
+
+
+def test_the_chart_ships_the_manifests_exception_crd(assets: Assets) -> None:
+    assert filecmp.cmp(assets.manifests / "base" / EXCEPTION_CRD, assets.chart / "files" / "exceptions" / EXCEPTION_CRD, shallow=False), (
+        "the chart's copy of the ModelgateException CRD differs (copy it)"
+    )
+
+
+def test_a_good_exception_is_accepted(exception_schema) -> None:
+    good = good_exception()
+    errs = [e.message for e in jsonschema.Draft4Validator(pruning(exception_schema)).iter_errors(good)]
+    assert not errs
+    assert cel_failures(exception_schema, good) == []
+    good["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "In", "values": ["vendor"]}]}
+    assert cel_failures(exception_schema, good) == []
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "value"),
+    [
+        ("no reason", ("reason",), None),
+        ("an empty reason", ("reason",), ""),
+        ("a reason too long", ("reason",), "x" * 1025),
+        ("no expiry", ("expires",), None),
+        ("no rules", ("rules",), None),
+        ("empty rules", ("rules",), []),
+        ("an unknown rule", ("rules",), ["privileged"]),
+        ("no selector", ("selector",), None),
+        ("an unknown operator", ("selector",), {"matchExpressions": [{"key": "a", "operator": "Has"}]}),
+        ("empty containers", ("containers",), []),
+        ("an empty image", ("images",), [""]),
+    ],
+)
+def test_malformed_exceptions_are_refused_by_the_schema(exception_schema, what, path, value) -> None:
+    bad = good_exception()
+    if value is None:
+        del bad["spec"][path[0]]
+    else:
+        bad["spec"][path[0]] = value
+    assert not jsonschema.Draft4Validator(pruning(exception_schema)).is_valid(bad), what
+
+
+@pytest.mark.parametrize(
+    ("what", "field", "value", "message"),
+    [
+        ("a blank reason", "reason", "   ", "spec.reason must not be blank"),
+        ("an empty selector", "selector", {}, "spec.selector must pin a label"),
+        ("empty matchLabels", "selector", {"matchLabels": {}}, "spec.selector must pin a label"),
+        (
+            "a selector that matches everything with a label",
+            "selector",
+            {"matchExpressions": [{"key": "x", "operator": "Exists"}]},
+            "spec.selector must pin a label",
+        ),
+        (
+            "a NotIn selector",
+            "selector",
+            {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["a"]}]},
+            "spec.selector must pin a label",
+        ),
+        ("In without values", "selector", {"matchExpressions": [{"key": "app", "operator": "In"}]}, "In and NotIn need values"),
+        ("a * inside an image", "images", ["registry.example/*/vendor"], "a * may only be"),
+        ("two *", "images", ["registry.example/vendor**"], "a * may only be"),
+    ],
+)
+def test_what_needs_no_clock_is_refused_by_the_crds_rules(exception_schema, what, field, value, message) -> None:
+    bad = good_exception()
+    bad["spec"][field] = value
+    failures = cel_failures(exception_schema, bad)
+    assert any(f.startswith(message) for f in failures), f"{what}: {failures}"

@@ -15,6 +15,8 @@ from tools import NS, Assets, run
 
 BASE_KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "PodDisruptionBudget"]
 WEBHOOK_KINDS = ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+# docs/exceptions.md: the ModelgateException CRD and the editor ClusterRole (bound to nobody).
+EXCEPTION_KINDS = ["CustomResourceDefinition", "ClusterRole"]
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +45,13 @@ def test_helm_lint_strict(assets: Assets, values: list[str]) -> None:
 
 
 def test_render_kinds(default, certmanager) -> None:
-    checks.kinds(default, *BASE_KINDS, "Secret", *WEBHOOK_KINDS)
+    checks.kinds(default, *BASE_KINDS, "Secret", *WEBHOOK_KINDS, *EXCEPTION_KINDS)
     checks.kinds(
         certmanager, *BASE_KINDS, "Issuer", "Issuer", "Certificate", "Certificate", *WEBHOOK_KINDS,
-        *["CustomResourceDefinition"] * 3,
+        *["CustomResourceDefinition"] * 3, *EXCEPTION_KINDS,
     )  # fmt: skip
-    assert not [d for d in load(default) if d["kind"] == "CustomResourceDefinition"], "CRDs rendered by default"
+    crds = [d["metadata"]["name"] for d in load(default) if d["kind"] == "CustomResourceDefinition"]
+    assert crds == ["modelgateexceptions.modelgate.io"], "only modelgate's own CRD is rendered by default"
 
 
 @pytest.mark.parametrize("render", ["default", "openshift", "certmanager"])
@@ -252,7 +255,8 @@ def test_failure_policy_ignore_reaches_both_webhooks(assets: Assets) -> None:
 
 def test_second_release_for_restricted_namespaces_coexists(assets: Assets, default) -> None:
     path = assets.render(
-        "restricted", "--set", "modelCachePrep=never", "--set", "namespaceSelector.matchLabels.modelgate\\.io/inject=restricted",
+        "restricted", "--set", "modelCachePrep=never,exceptions.enabled=false",
+        "--set", "namespaceSelector.matchLabels.modelgate\\.io/inject=restricted",
         release="modelgate-restricted",
     )  # fmt: skip
     checks.webhooks(path, NS, "bundle", "Fail", "restricted")

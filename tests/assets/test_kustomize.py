@@ -54,13 +54,19 @@ def test_openshift_preset_with_scc_assigned_ids(assets: Assets) -> None:
     checks.webhooks(path, NS, "cert-manager")
 
 
-def test_default_kinds_namespace_and_no_crds(assets: Assets) -> None:
+def test_default_kinds_namespace_and_only_modelgates_own_crd(assets: Assets) -> None:
+    """No KServe CRD (manifests/crds is apart); modelgate's own ModelgateException CRD and its
+    editor ClusterRole, bound to nobody (docs/exceptions.md)."""
+    path = assets.kustomize("default")
     checks.kinds(
-        assets.kustomize("default"),
+        path,
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Service", "Deployment",
         "PodDisruptionBudget", "Issuer", "Issuer", "Certificate", "Certificate",
         "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+        "CustomResourceDefinition", "ClusterRole",
     )  # fmt: skip
+    crds = [d["metadata"]["name"] for d in load(path) if d["kind"] == "CustomResourceDefinition"]
+    assert crds == ["modelgateexceptions.modelgate.io"], crds
 
 
 def test_base_registers_the_workload_kind_table_as_the_chart_renders_it(assets: Assets) -> None:

@@ -50,6 +50,12 @@ def request(kind="Pod", namespace="team-a", user="alice", operation="CREATE", su
         obj = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"generateName": "w-", "name": name, "namespace": namespace} | (meta or {}), "spec": spec}  # fmt: skip
         group, resource = "", "pods"
+    elif kind == "ModelgateException":
+        name = "vendor-root"
+        obj = {"apiVersion": "modelgate.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": namespace},
+               "spec": {"reason": "vendor image until its next release", "expires": "2030-01-01T00:00:00Z",
+                        "rules": ["non-root"], "selector": {"matchLabels": {"app": "vendor"}}}}  # fmt: skip
+        group, resource = "modelgate.io", "modelgateexceptions"
     else:
         name = "j"
         obj = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
@@ -102,6 +108,9 @@ CASES = {
     "a pod of another priority class": (request(spec=pod_spec(priorityClassName="batch-low")), True),
     "a Job whose pods have an excluded priority class": (
         request(kind="Job", spec=pod_spec(priorityClassName="system-cluster-critical")), False),
+    # The validating entry also judges exceptions objects: no condition may fail on a kind with no
+    # pod spec (an error would refuse every exception under failurePolicy Fail).
+    "a ModelgateException of a tenant": (request(kind="ModelgateException"), True),
 }  # fmt: skip
 
 
@@ -156,7 +165,7 @@ def pod_cases() -> dict[str, dict]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_who_reaches_modelgate(webhooks, reaches, request, case: str) -> None:
     _, want = CASES[case]
-    if "priority class" in case and request.node.callspec.params["webhooks"] == "kustomize":
+    if "excluded priority class" in case and request.node.callspec.params["webhooks"] == "kustomize":
         want = True  # the kustomize base has no priority-class condition
     for name in POD_HOOKS:
         assert reaches(name, f"pod: {case}") is want, f"{name}: {case}: called should be {want}"

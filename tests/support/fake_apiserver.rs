@@ -54,18 +54,22 @@ pub const NODE_GROUPS: &str = "localmodelnodegroups";
 pub const NAMESPACES: &str = "namespaces";
 pub const PVCS: &str = "persistentvolumeclaims";
 pub const NODES: &str = "nodes";
+/// modelgate's own ModelgateException (docs/exceptions.md), watched with the caches.
+pub const EXCEPTIONS: &str = "modelgateexceptions";
+const MODELGATE: &str = "modelgate.io/v1alpha1";
 /// Every resource the model-cache watch reads (Namespaces are the rollout modes').
 pub const ALL: [&str; 5] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS, PVCS, NODES];
 const KSERVE: &str = "serving.kserve.io/v1alpha1";
 const CORE: &str = "v1";
 /// Plural, kind, namespaced, apiVersion.
-const RESOURCES: [(&str, &str, bool, &str); 6] = [
+const RESOURCES: [(&str, &str, bool, &str); 7] = [
     (CACHES, "LocalModelCache", false, KSERVE),
     (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
     (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
     (NAMESPACES, "Namespace", false, CORE),
     (PVCS, "PersistentVolumeClaim", true, CORE),
     (NODES, "Node", false, CORE),
+    (EXCEPTIONS, "ModelgateException", true, MODELGATE),
 ];
 
 type Key = (String, String);
@@ -458,6 +462,9 @@ fn parse_path(path: &str) -> Option<(&'static str, Option<String>, String)> {
 }
 
 fn api_path(path: &str) -> Option<(&'static str, &str)> {
+    if let Some(rest) = path.strip_prefix(&format!("/apis/{MODELGATE}/")) {
+        return Some((MODELGATE, rest));
+    }
     match path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/")) {
         Some(rest) => Some((KSERVE, rest)),
         None => Some((CORE, path.strip_prefix("/api/v1/")?)),

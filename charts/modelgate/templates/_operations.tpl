@@ -48,7 +48,7 @@ matchConditions:
     expression: >-
       request.kind.kind == 'Pod'
       ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {{ $classes }})
-      : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
+      : request.kind.kind != 'Job' || !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ $classes }})
   {{- end }}
 {{- end }}
 {{- end -}}

@@ -164,6 +164,13 @@ fn namespace_selector(cfg: &PolicyConfig, sel: &Selection, modes: bool) -> Value
     })];
     if modes {
         expressions.extend(enforce_expressions(cfg.default_mode));
+        // The policy cannot see exceptions: it is not bound where they are honoured
+        // (docs/exceptions.md, "During an outage").
+        expressions.push(json!({
+            "key": crate::exceptions::NAMESPACE_LABEL,
+            "operator": "NotIn",
+            "values": [crate::exceptions::ALLOWED],
+        }));
     }
     let mut selector = serde_json::Map::new();
     if !sel.match_labels.is_empty() {
@@ -1565,6 +1572,31 @@ mod tests {
         let off = enforce_expressions(Mode::Audit);
         assert_eq!(off.len(), 2);
         assert_eq!(off[0], json!({"key": MODE_LABEL, "operator": "Exists"}));
+    }
+
+    #[test]
+    fn the_binding_leaves_out_the_namespaces_open_for_exceptions() {
+        let sel = Selection {
+            name: "modelgate-backstop".into(),
+            match_labels: BTreeMap::from([("modelgate.io/inject".into(), "enabled".into())]),
+            service_account_username: "system:serviceaccount:m:m".into(),
+            exclude_priority_classes: Vec::new(),
+        };
+        let b = binding(&PolicyConfig::default(), &sel);
+        let expressions = b["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(expressions.contains(&json!({
+            "key": "modelgate.io/exceptions", "operator": "NotIn", "values": ["allowed"]
+        })));
+        // The policy's own match is the webhooks': it is the binding that leaves them out.
+        let p = policy_namespace_selector_for_test(&sel);
+        assert!(!p.to_string().contains("modelgate.io/exceptions"));
+    }
+
+    fn policy_namespace_selector_for_test(sel: &Selection) -> Value {
+        namespace_selector(&PolicyConfig::default(), sel, false)
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub struct PolicyConfig {
     /// The kinds whose pod templates are judged at apply time, and where the templates are
     /// (docs/policy.md §11, §12): the rows shipped, plus `--workload-kinds`.
     pub workload_kinds: Arc<WorkloadKinds>,
+
+    /// The longest an exception may run, in days from its creation (docs/exceptions.md): one
+    /// whose `expires` is later is refused by `/validate` and never honoured.
+    pub max_exception_days: u32,
 }
 
 /// `--prep-volume-type prebound`: claims bound by name to a volume (or choosing one by
@@ -169,6 +173,7 @@ impl Default for PolicyConfig {
             absent_claims: AbsentClaims::Provisioned,
             pod_security_default: PodSecurityLevel::Privileged,
             workload_kinds: WorkloadKinds::defaults(),
+            max_exception_days: crate::exceptions::DEFAULT_MAX_DAYS,
         }
     }
 }

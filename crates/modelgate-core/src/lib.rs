@@ -23,6 +23,7 @@ pub mod admission;
 pub mod backstop;
 pub mod cache;
 pub mod config;
+pub mod exceptions;
 mod keyed;
 pub mod namespaces;
 mod patch;

@@ -63,6 +63,8 @@ impl fmt::Display for Mode {
 pub struct NamespaceLabels {
     pub mode: Option<String>,
     pub pod_security_enforce: Option<String>,
+    /// `modelgate.io/exceptions` (docs/exceptions.md): `allowed` opens the namespace.
+    pub exceptions: Option<String>,
 }
 
 impl NamespaceLabels {
@@ -75,6 +77,7 @@ impl NamespaceLabels {
             match k.as_str() {
                 MODE_LABEL => out.mode = Some(v.clone()),
                 POD_SECURITY_ENFORCE_LABEL => out.pod_security_enforce = Some(v.clone()),
+                crate::exceptions::NAMESPACE_LABEL => out.exceptions = Some(v.clone()),
                 _ => {}
             }
         }
@@ -174,6 +177,16 @@ impl Namespaces {
         out
     }
 
+    /// Whether the namespace is open for exceptions: labelled `modelgate.io/exceptions:
+    /// allowed` (docs/exceptions.md).
+    pub fn exceptions_open(&self, namespace: &str) -> bool {
+        crate::exceptions::is_open(
+            self.by_name
+                .get(namespace)
+                .and_then(|l| l.exceptions.as_deref()),
+        )
+    }
+
     /// Whether the namespace enforces Pod Security `restricted`, which refuses root containers:
     /// by its `pod-security.kubernetes.io/enforce` label, else by `default` (the level the
     /// cluster's PSA configuration gives a namespace without that label).
@@ -221,6 +234,23 @@ impl NamespaceStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_exact_label_value_opens_a_namespace_for_exceptions() {
+        let mut ns = Namespaces::default();
+        for (name, value) in [("a", "allowed"), ("b", "Allowed"), ("c", "true")] {
+            let labels = BTreeMap::from([(
+                crate::exceptions::NAMESPACE_LABEL.to_string(),
+                value.to_string(),
+            )]);
+            ns.set(name, NamespaceLabels::from_labels(&labels));
+        }
+        assert!(ns.exceptions_open("a"));
+        assert!(!ns.exceptions_open("b") && !ns.exceptions_open("c"));
+        assert!(!ns.exceptions_open("d"));
+        // The label alone keeps a namespace, with the default mode.
+        assert_eq!(ns.mode("a", Mode::Warn).mode, Mode::Warn);
+    }
 
     #[test]
     fn a_label_removed_forgets_the_namespace() {

@@ -95,6 +95,7 @@ pub fn context<'a>(config: &'a PolicyConfig, index: &'a CacheIndex) -> Context<'
         config,
         caches: Caches::Ready(index),
         namespaces: Namespaces::none(),
+        now: None,
     }
 }
 

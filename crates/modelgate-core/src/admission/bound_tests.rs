@@ -86,6 +86,7 @@ fn answer(webhook: Webhook, body: &[u8], index: &CacheIndex, namespaces: &Namesp
         config: &config,
         caches: Caches::Ready(index),
         namespaces,
+        now: None,
     };
     let out = review(webhook, body, &ctx);
     assert_eq!(

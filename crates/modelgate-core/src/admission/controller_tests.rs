@@ -82,6 +82,7 @@ fn call(webhook: Webhook, review: &Value, index: &CacheIndex) -> testing::Answer
     let namespaces = namespaces();
     let ctx = Context {
         namespaces: &namespaces,
+        now: None,
         ..testing::context(&cfg, index)
     };
     testing::review(webhook, review, &ctx)
@@ -381,6 +382,7 @@ fn a_template_reviewed_before_the_caches_are_synced_is_warned_once() {
     let ctx = Context {
         caches: Caches::NotSynced(&index),
         namespaces: &namespaces,
+        now: None,
         ..testing::context(&cfg, &index)
     };
     let kind = WorkloadKind::Deployment;

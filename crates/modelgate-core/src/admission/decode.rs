@@ -554,6 +554,7 @@ impl Request {
             result: decision.result,
             model_cache: decision.model_cache,
             claim_to_read: decision.claim_to_read.clone(),
+            exceptions: decision.exceptions.iter().map(|u| u.name.clone()).collect(),
             error: None,
         }
     }

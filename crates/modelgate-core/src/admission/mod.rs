@@ -29,6 +29,7 @@ use serde_json::value::RawValue;
 
 use crate::cache::Resolved;
 use crate::config::PolicyConfig;
+use crate::exceptions;
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, JobView, ObjectMetaView, PodTemplateOf, PodView};
@@ -57,6 +58,9 @@ pub struct Context<'a> {
     pub caches: Caches<'a>,
     /// Namespace modes and Pod Security levels ([`Namespaces::none`] when none is known).
     pub namespaces: &'a Namespaces,
+    /// The time of the decision, Unix seconds, for exceptions' `expires` (docs/exceptions.md);
+    /// `None` honours no exception. The core has no clock: the caller's is given here.
+    pub now: Option<i64>,
 }
 
 /// The decision for one request, before encoding.
@@ -82,6 +86,8 @@ pub struct Decision {
     /// What a denial names, in the order of its message, with each field's rule, so that
     /// offline tools can count by rule and point at the fields in the user's file.
     pub violations: Vec<policy::Violation>,
+    /// The exceptions the decision used (docs/exceptions.md), for the metric and reports.
+    pub exceptions: Vec<crate::exceptions::ExceptionUse>,
     /// What the answer warns of without denying (the rules that only warn, such as
     /// `root-equivalent`), with each field's rule, for reports such as `audit`.
     pub findings: policy::Findings,
@@ -147,6 +153,8 @@ pub struct Summary {
     pub error: Option<&'static str>,
     /// [`Decision::claim_to_read`], in [`Summary::namespace`].
     pub claim_to_read: Option<String>,
+    /// The names of the exceptions the answer used, in [`Summary::namespace`].
+    pub exceptions: Vec<String>,
 }
 
 /// The encoded answer: the HTTP status and body, plus the summary for logs and metrics.
@@ -246,6 +254,14 @@ fn decide_unbounded(
     body: &[u8],
     ctx: &Context,
 ) -> Decision {
+    if req.group == exceptions::GROUP && req.kind == exceptions::KIND {
+        let object = match object {
+            ObjectInput::Missing => None,
+            ObjectInput::Raw(raw) => Some(raw),
+            ObjectInput::Decoded(_) => decode::raw_object(body),
+        };
+        return decide_exception_object(webhook, req, object, ctx);
+    }
     if let Some(entry) = ctx
         .config
         .workload_kinds
@@ -333,8 +349,14 @@ fn decide_unbounded(
         });
         let mut root_equivalent = policy::Findings::default();
         let found = &mut root_equivalent;
+        let in_scope = exceptions_in(ctx, namespace);
+        let mut used_exceptions = Vec::new();
+        let used = &mut used_exceptions;
         let verdict = decoded.as_ref().map_err(Clone::clone).and_then(|d| {
-            let workload = d.workload(namespace, restricted, ctx.caches.index())?;
+            let workload = d.workload(namespace, restricted, ctx.caches.index(), in_scope)?;
+            if !in_scope.is_empty() && !pod_update {
+                *used = uses(&workload);
+            }
             if create {
                 *claim_to_read = policy::claim_to_read(&workload, ctx.config).map(str::to_string);
             }
@@ -365,6 +387,7 @@ fn decide_unbounded(
         });
         let mut d = mode::answer(ns_mode, verdict);
         add_findings(&mut d, root_equivalent);
+        note_exceptions(&mut d, used_exceptions);
         d
     };
     decision.object_namespace = Some(namespace.to_string());
@@ -383,6 +406,105 @@ fn add_findings(d: &mut Decision, findings: policy::Findings) {
         d.warnings.extend(findings.warnings());
     }
     d.findings = findings;
+}
+
+/// The exceptions in force for a pod of `namespace` (docs/exceptions.md): none, at the cost of
+/// one lookup, where the namespace has none.
+pub(crate) fn exceptions_in<'c>(ctx: &Context<'c>, namespace: &str) -> exceptions::InScope<'c> {
+    let entries = ctx.caches.index().exceptions_in(namespace);
+    if entries.is_empty() {
+        return exceptions::InScope::default();
+    }
+    exceptions::InScope::of(
+        entries,
+        ctx.namespaces.exceptions_open(namespace),
+        ctx.now,
+        ctx.config.max_exception_days,
+    )
+}
+
+/// What the exceptions waived for this workload.
+pub(crate) fn uses(w: &Workload) -> Vec<exceptions::ExceptionUse> {
+    w.waivers()
+        .used
+        .iter()
+        .map(|e| exceptions::ExceptionUse::of(e))
+        .collect()
+}
+
+/// An answer that used exceptions says so: a warning each (where the mode shows warnings), the
+/// audit annotation `exception` with their names, and the decision's list for the metric.
+pub(crate) fn note_exceptions(d: &mut Decision, used: Vec<exceptions::ExceptionUse>) {
+    if used.is_empty() || d.mode.is_none_or(|m| m == Mode::Off) {
+        return;
+    }
+    if matches!(d.mode, Some(Mode::Enforce | Mode::Warn)) {
+        d.warnings
+            .extend(used.iter().map(exceptions::ExceptionUse::warning));
+    }
+    d.audit_annotations.insert(
+        exceptions::AUDIT_KEY,
+        policy::listed(used.iter().map(|u| &u.name), ","),
+    );
+    d.exceptions = used;
+}
+
+/// `/validate` of a `ModelgateException` itself (docs/exceptions.md): refused with every
+/// problem, naming its field; warned of what it risks. `/mutate` leaves it alone.
+fn decide_exception_object(
+    webhook: Webhook,
+    req: &Request,
+    object: Option<&RawValue>,
+    ctx: &Context,
+) -> Decision {
+    let create_or_update =
+        matches!(req.operation, "CREATE" | "UPDATE") && req.sub_resource.is_none();
+    if webhook == Webhook::Mutate || !create_or_update {
+        return Decision::allow();
+    }
+    let Some(object) = object else {
+        return Decision::invalid(format!(
+            "request.object is missing on {} of a {}",
+            req.operation,
+            exceptions::KIND
+        ));
+    };
+    let value: serde_json::Value = match serde_json::from_str(object.get()) {
+        Ok(v) => v,
+        Err(e) => {
+            return Decision::deny(&Denial::single(
+                Rule::Schema,
+                "request.object",
+                format!("cannot be decoded as a {}: {e}", exceptions::KIND),
+                DECODE_ADVICE,
+            ));
+        }
+    };
+    let spec = value.get("spec").unwrap_or(&serde_json::Value::Null);
+    let verdict = exceptions::validate_object(spec, ctx.now, ctx.config.max_exception_days);
+    let mut d = if verdict.problems.is_empty() {
+        Decision::allow()
+    } else {
+        Decision::deny(&Denial {
+            violations: verdict
+                .problems
+                .into_iter()
+                .map(|p| policy::Violation {
+                    rule: Rule::Schema,
+                    field: p.field,
+                    problem: p.problem,
+                    advice: exceptions::ADVICE,
+                })
+                .collect(),
+        })
+    };
+    d.warnings = verdict.warnings;
+    d.object_namespace = Some(req.namespace.clone());
+    d.object_name = value
+        .pointer("/metadata/name")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
+    d
 }
 
 /// The annotation the kubelet puts on the mirror of a static pod.
@@ -480,6 +602,7 @@ fn validate_mutated(
         workload.namespace,
         workload.restricted_namespace,
         workload.claims,
+        workload.exceptions,
     )?;
     judge(Webhook::Validate, ephemeral_update, &workload, ctx)
 }
@@ -617,6 +740,7 @@ impl<'a> DecodedObject<'a> {
         namespace: &'w str,
         restricted_namespace: bool,
         claims: impl Into<Option<&'w crate::cache::CacheIndex>>,
+        exceptions: exceptions::InScope<'w>,
     ) -> Result<Workload<'w>, Denial> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
@@ -644,6 +768,8 @@ impl<'a> DecodedObject<'a> {
             spec,
             meta_path,
             spec_path,
+            exceptions,
+            waivers: Default::default(),
         })
     }
 }
@@ -668,3 +794,6 @@ mod ephemeral_tests;
 
 #[cfg(test)]
 mod claim_tests;
+
+#[cfg(test)]
+mod exception_tests;

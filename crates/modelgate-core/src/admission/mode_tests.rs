@@ -127,6 +127,7 @@ fn run_in(
         config: cfg,
         caches: Caches::Ready(index),
         namespaces,
+        now: None,
     };
     let answer = testing::review(webhook, &review(ns, object), &ctx);
     assert_eq!(answer.http, 200, "{}", answer.body);
@@ -755,6 +756,7 @@ fn what_grows_with_the_request_is_capped_in_every_answer() {
         config: &PolicyConfig::default(),
         caches: Caches::Ready(&index),
         namespaces: &namespaces(),
+        now: None,
     };
     let more = format!("; … and {} more. ", N - 20);
     for (webhook, ns) in [

@@ -32,6 +32,7 @@ fn call(webhook: Webhook, review: &Value, index: &CacheIndex) -> testing::Answer
     }
     let ctx = Context {
         namespaces: &namespaces,
+        now: None,
         ..testing::context(&cfg, index)
     };
     testing::review(webhook, review, &ctx)

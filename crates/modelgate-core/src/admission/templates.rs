@@ -418,6 +418,7 @@ impl<'a> TemplateView<'a> {
         namespace: &'w str,
         restricted_namespace: bool,
         claims: &'w CacheIndex,
+        exceptions: crate::exceptions::InScope<'w>,
     ) -> Option<Workload<'w>> {
         let (metadata, spec, spec_path) = match self {
             TemplateView::Template(t) => (t.metadata.as_ref(), t.spec.as_ref()?, at.key("spec")),
@@ -434,6 +435,8 @@ impl<'a> TemplateView<'a> {
             spec,
             meta_path: at.key("metadata"),
             spec_path,
+            exceptions,
+            waivers: Default::default(),
         })
     }
 }
@@ -537,6 +540,8 @@ pub(super) fn decide(
                 .enforces_restricted(namespace, ctx.config.pod_security_default),
             enforce: ns_mode.mode == Mode::Enforce,
             ctx,
+            exceptions: super::exceptions_in(ctx, namespace),
+            used: Default::default(),
         };
         let findings = located
             .as_ref()
@@ -568,6 +573,7 @@ pub(super) fn decide(
         if matches!(d.mode, Some(Mode::Enforce | Mode::Warn)) {
             d.warnings.extend(warnings);
         }
+        super::note_exceptions(&mut d, scope.used.into_inner());
         d
     };
     decision.object_namespace = Some(namespace.to_string());
@@ -641,6 +647,23 @@ struct Scope<'s, 'c> {
     /// The mutation is enforced there (`enforce` mode), so its pods are patched.
     enforce: bool,
     ctx: &'s Context<'c>,
+    /// The exceptions in force in the namespace, and those the templates used (each once).
+    exceptions: crate::exceptions::InScope<'c>,
+    used: std::cell::RefCell<Vec<crate::exceptions::ExceptionUse>>,
+}
+
+impl Scope<'_, '_> {
+    fn note_uses(&self, w: &Workload) {
+        if self.exceptions.is_empty() {
+            return;
+        }
+        let mut used = self.used.borrow_mut();
+        for u in super::uses(w) {
+            if !used.contains(&u) {
+                used.push(u);
+            }
+        }
+    }
 }
 
 /// Every template judged, each by its completeness.
@@ -682,6 +705,8 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
         restricted,
         enforce,
         ctx,
+        exceptions,
+        ..
     } = *scope;
     let template = &entry.templates[found.template];
     let shape = template.shape;
@@ -690,9 +715,12 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
         unstorable: f.too_large,
         denial: undecodable(entry, &at, f),
     })?;
-    let Some(workload) = decoded.workload(&at, namespace, restricted, ctx.caches.index()) else {
+    let Some(workload) =
+        decoded.workload(&at, namespace, restricted, ctx.caches.index(), exceptions)
+    else {
         return Ok(None);
     };
+    scope.note_uses(&workload);
     if template.completeness == Completeness::Partial {
         return Ok(policy::validate_present(&workload, ctx.config).map(|()| None)?);
     }
@@ -727,7 +755,7 @@ fn judge_one(entry: &KindEntry, found: &Found, scope: &Scope) -> Result<Option<S
     drop(decoded);
     drop(patch);
     let decoded = TemplateView::decode(shape, &patched).map_err(|f| undecodable(entry, &at, f))?;
-    match decoded.workload(&at, namespace, restricted, ctx.caches.index()) {
+    match decoded.workload(&at, namespace, restricted, ctx.caches.index(), exceptions) {
         Some(workload) => Ok(judge(Webhook::Validate, None, &workload, ctx).map(|_| miss)?),
         None => Ok(miss),
     }
@@ -786,6 +814,8 @@ pub fn partial_findings(
         // Partial templates are judged on their fields alone, never mutated.
         enforce: false,
         ctx,
+        exceptions: super::exceptions_in(ctx, namespace),
+        used: Default::default(),
     };
     let mut out = Vec::new();
     for found in &located.templates {

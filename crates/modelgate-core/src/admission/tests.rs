@@ -1348,6 +1348,7 @@ fn caches_not_synced_is_a_miss_with_a_warning() {
         config: &cfg,
         caches: Caches::NotSynced(&index),
         namespaces: crate::namespaces::Namespaces::none(),
+        now: None,
     };
     let r = review_of(
         "Pod",
@@ -1885,6 +1886,7 @@ fn raw(webhook: Webhook, body: &[u8]) -> (u16, Value) {
             config: &cfg,
             caches: Caches::Ready(&idx),
             namespaces: crate::namespaces::Namespaces::none(),
+            now: None,
         },
     );
     (out.http_status, serde_json::from_slice(&out.body).unwrap())
@@ -1980,6 +1982,7 @@ fn the_one_pass_decode_and_the_raw_object_path_answer_alike() {
         config: &cfg,
         caches: Caches::Ready(&index),
         namespaces: crate::namespaces::Namespaces::none(),
+        now: None,
     };
     let mut reviews: Vec<Value> = [
         "one-container-pod",

@@ -38,6 +38,8 @@ pub enum Kind {
     Pvc,
     /// `Node` (metadata only: name and labels).
     Node,
+    /// `ModelgateException` (namespaced, watched in all namespaces; docs/exceptions.md).
+    Exception,
 }
 
 /// How a kind is read: whole objects, or their metadata only (`PartialObjectMetadata`).
@@ -48,12 +50,13 @@ pub enum Reading {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Cache,
         Kind::NamespaceCache,
         Kind::NodeGroup,
         Kind::Pvc,
         Kind::Node,
+        Kind::Exception,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Kind {
             Kind::NodeGroup => "LocalModelNodeGroup",
             Kind::Pvc => "PersistentVolumeClaim",
             Kind::Node => "Node",
+            Kind::Exception => crate::exceptions::KIND,
         }
     }
 
@@ -79,6 +83,13 @@ impl Kind {
             Kind::NodeGroup => ApiResource::erase::<LocalModelNodeGroup>(&()),
             Kind::Pvc => ApiResource::erase::<PersistentVolumeClaim>(&()),
             Kind::Node => ApiResource::erase::<Node>(&()),
+            Kind::Exception => {
+                use crate::exceptions::{GROUP, KIND, PLURAL, VERSION};
+                ApiResource::from_gvk_with_plural(
+                    &kube::core::GroupVersionKind::gvk(GROUP, VERSION, KIND),
+                    PLURAL,
+                )
+            }
         }
     }
 
@@ -92,7 +103,10 @@ impl Kind {
     /// A kind whose absence (404 on its collection) means "not installed, none exist": the
     /// custom resources. Core kinds always exist.
     pub fn is_custom(self) -> bool {
-        matches!(self, Kind::Cache | Kind::NamespaceCache | Kind::NodeGroup)
+        matches!(
+            self,
+            Kind::Cache | Kind::NamespaceCache | Kind::NodeGroup | Kind::Exception
+        )
     }
 }
 
@@ -121,6 +135,8 @@ pub enum Converted {
         name: Arc<str>,
         labels: BTreeMap<String, String>,
     },
+    /// Shared with every index built from it.
+    Exception(Arc<crate::exceptions::Exception>),
 }
 
 impl Converted {
@@ -134,6 +150,7 @@ impl Converted {
                 state,
             } => index.upsert_pvc(namespace.clone(), name.clone(), state.clone()),
             Converted::Node { name, labels } => index.upsert_node(name.clone(), labels.clone()),
+            Converted::Exception(e) => index.upsert_exception(e.clone()),
         }
     }
 
@@ -387,6 +404,21 @@ pub fn convert_bounded(
                 trimmed,
             ));
         }
+        Kind::Exception => {
+            let created = metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second());
+            let spec = obj.data.get("spec").unwrap_or(&serde_json::Value::Null);
+            let exception = crate::exceptions::Exception::from_parts(
+                metadata.name.as_deref(),
+                metadata.namespace.as_deref(),
+                created,
+                spec,
+            )
+            .map_err(Rejected::unusable)?;
+            return Ok((Converted::Exception(Arc::new(exception)), trimmed));
+        }
         Kind::Node => {
             return Ok((
                 Converted::Node {
@@ -455,6 +487,7 @@ pub fn apply_change(
         Kind::NodeGroup => statics.has_node_group(name),
         Kind::Pvc => statics.has_pvc(namespace, name),
         Kind::Node => statics.has_node(name),
+        Kind::Exception => statics.has_exception(namespace, name),
     };
     if from_files {
         return false;
@@ -467,6 +500,7 @@ pub fn apply_change(
                 Kind::NodeGroup => index.remove_node_group(name),
                 Kind::Pvc => index.remove_pvc(namespace, name),
                 Kind::Node => index.remove_node(name),
+                Kind::Exception => index.remove_exception(namespace, name),
             };
         }
     }
@@ -503,8 +537,17 @@ mod tests {
         assert!(
             Kind::ALL
                 .iter()
-                .filter(|k| k.is_custom())
+                .filter(|k| k.is_custom() && **k != Kind::Exception)
                 .all(|k| k.api_resource().api_version == "serving.kserve.io/v1alpha1")
+        );
+        let e = Kind::Exception.api_resource();
+        assert_eq!(
+            (e.api_version.as_str(), e.plural.as_str(), e.kind.as_str()),
+            (
+                "modelgate.io/v1alpha1",
+                "modelgateexceptions",
+                "ModelgateException"
+            )
         );
         let core: Vec<_> = [Kind::Pvc, Kind::Node]
             .iter()
@@ -834,7 +877,9 @@ mod tests {
             labels
         };
         let key: ObjectKey = match kind {
-            Kind::NamespaceCache | Kind::Pvc => (namespace.as_str().into(), name.as_str().into()),
+            Kind::NamespaceCache | Kind::Pvc | Kind::Exception => {
+                (namespace.as_str().into(), name.as_str().into())
+            }
             _ => ("".into(), name.as_str().into()),
         };
         if r(5) == 0 {
@@ -882,6 +927,21 @@ mod tests {
                 name: key.1.clone(),
                 labels: labels(r),
             },
+            Kind::Exception => {
+                let rule = ["non-root", "cache-prep"][r(2) as usize];
+                let app = format!("a{}", r(2));
+                Converted::Exception(Arc::new(
+                    crate::exceptions::Exception::from_parts(
+                        Some(&name),
+                        Some(&namespace),
+                        None,
+                        &serde_json::json!({"reason": "r", "expires": "2030-01-01T00:00:00Z",
+                        "rules": [rule],
+                        "selector": {"matchLabels": {"app": app}}}),
+                    )
+                    .unwrap(),
+                ))
+            }
         };
         // A node group's name is its key.
         let key = match &object {
@@ -909,11 +969,11 @@ mod tests {
                 }
             }
         }
-        let mut objects: [KindObjects; 5] = Default::default();
+        let mut objects: [KindObjects; 6] = Default::default();
         let mut index = build_index(&statics, std::iter::empty());
         let mut published = Vec::new();
         for step in 0..3_000 {
-            let kind = Kind::ALL[r(5) as usize];
+            let kind = Kind::ALL[r(6) as usize];
             let (key, object) = random_object(kind, &mut r);
             match object {
                 Some(o) => objects[kind.index()].insert(key.clone(), Arc::new(o)),

@@ -1000,6 +1000,9 @@ pub struct CacheIndex {
     /// Kept as the maps change, so that counting is O(1) however many namespaces there are.
     namespace_caches: usize,
     pvc_count: usize,
+    /// namespace → its `ModelgateException`s, by name (docs/exceptions.md). A handful per
+    /// namespace: a change copies the namespace's list.
+    exceptions: PMap<Arc<str>, Arc<[Arc<crate::exceptions::Exception>]>>,
 }
 
 impl CacheIndex {
@@ -1147,6 +1150,61 @@ impl CacheIndex {
         removed
     }
 
+    /// Adds or replaces an exception (by namespace and name).
+    pub fn upsert_exception(&mut self, exception: Arc<crate::exceptions::Exception>) {
+        let namespace = exception.namespace.clone();
+        let mut list: Vec<_> = self
+            .exceptions
+            .get(&*namespace)
+            .map(|l| {
+                l.iter()
+                    .filter(|e| e.name != exception.name)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        list.push(exception);
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        self.exceptions.insert(namespace, list.into());
+    }
+
+    pub fn remove_exception(&mut self, namespace: &str, name: &str) -> bool {
+        if !self.has_exception(namespace, name) {
+            return false;
+        }
+        let list: Vec<_> = self
+            .exceptions_in(namespace)
+            .iter()
+            .filter(|e| &*e.name != name)
+            .cloned()
+            .collect();
+        if list.is_empty() {
+            self.exceptions.remove(namespace);
+        } else {
+            self.exceptions.insert(Arc::from(namespace), list.into());
+        }
+        true
+    }
+
+    pub fn has_exception(&self, namespace: &str, name: &str) -> bool {
+        self.exceptions_in(namespace)
+            .iter()
+            .any(|e| &*e.name == name)
+    }
+
+    /// The exceptions of `namespace`, by name (whether in force or not).
+    pub fn exceptions_in(&self, namespace: &str) -> &[Arc<crate::exceptions::Exception>] {
+        if self.exceptions.is_empty() {
+            return &[];
+        }
+        self.exceptions.get(namespace).map_or(&[], |l| &**l)
+    }
+
+    /// How many exceptions the index holds.
+    pub fn exception_count(&self) -> usize {
+        self.exceptions.values().map(|l| l.len()).sum()
+    }
+
     /// The claim `namespace/name`, if the index has it.
     pub fn pvc(&self, namespace: &str, name: &str) -> Option<&PvcState> {
         self.pvcs.get(namespace)?.get(name)
@@ -1185,6 +1243,11 @@ impl CacheIndex {
         for (ns, claims) in other.pvcs.iter() {
             for (name, state) in claims.iter() {
                 self.upsert_pvc(ns.clone(), name.clone(), state.clone());
+            }
+        }
+        for list in other.exceptions.values() {
+            for e in list.iter() {
+                self.upsert_exception(e.clone());
             }
         }
     }

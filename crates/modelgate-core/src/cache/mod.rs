@@ -63,6 +63,7 @@ fn routing_kind(api_version: &str, kind: &str) -> Option<Kind> {
         (GROUP_VERSION, "LocalModelNodeGroup") => Some(Kind::NodeGroup),
         (CORE_VERSION, "PersistentVolumeClaim") => Some(Kind::Pvc),
         (CORE_VERSION, "Node") => Some(Kind::Node),
+        (crate::exceptions::API_VERSION, crate::exceptions::KIND) => Some(Kind::Exception),
         _ => None,
     }
 }
@@ -82,8 +83,8 @@ pub(crate) fn node_group_terms(
 }
 
 impl CacheIndex {
-    /// Adds one object routing reads (a cache, node group, PVC or Node) given as JSON. Objects of
-    /// other kinds are refused.
+    /// Adds one object routing reads (a cache, node group, PVC or Node), or a
+    /// `ModelgateException`, given as JSON. Objects of other kinds are refused.
     pub fn insert_object(&mut self, value: &Value) -> anyhow::Result<()> {
         let api_version = value
             .get("apiVersion")
@@ -91,6 +92,12 @@ impl CacheIndex {
             .unwrap_or("");
         let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
         let Some(kind) = routing_kind(api_version, kind) else {
+            if kind == crate::exceptions::KIND {
+                bail!(
+                    "expected apiVersion {}, found `{api_version}` (kind `{kind}`)",
+                    crate::exceptions::API_VERSION
+                );
+            }
             if kind.starts_with("LocalModel") && api_version != GROUP_VERSION {
                 bail!("expected apiVersion {GROUP_VERSION}, found `{api_version}` (kind `{kind}`)");
             }

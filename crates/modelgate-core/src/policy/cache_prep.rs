@@ -97,6 +97,9 @@ pub(super) fn disallowed_inline_source<'a>(
 /// Why this pod gets no prep although `--model-cache-prep=always` and it mounts the cache.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Withheld<'a> {
+    /// An exception of the namespace waives the `cache-prep` rule for the pod
+    /// (docs/exceptions.md).
+    Exception(&'a str),
     /// The namespace enforces Pod Security `restricted`, which refuses a root container (§9).
     PodSecurity,
     /// The cache volume is a node directory the operator did not allow (§4).
@@ -190,6 +193,9 @@ fn withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
 }
 
 fn find_withheld<'a>(w: &Workload<'a>, cfg: &PolicyConfig) -> Option<Withheld<'a>> {
+    if let Some(name) = w.waivers().cache_prep {
+        return Some(Withheld::Exception(name));
+    }
     if w.restricted_namespace {
         return Some(Withheld::PodSecurity);
     }
@@ -259,6 +265,10 @@ pub(super) fn withheld_warning(w: &Workload, cfg: &PolicyConfig) -> Option<Strin
     // A claim's name has up to 253 bytes: it gives way, so that the reason stays whole.
     let claim = |name: &str| super::shorten_uri(name, 64).into_owned();
     Some(match withheld(w, cfg)? {
+        Withheld::Exception(name) => format!(
+            "exception {} waives the cache-prep rule for this pod: no {PREP_CONTAINER}; {NEVER}",
+            super::shorten_uri(name, 64)
+        ),
         Withheld::PodSecurity => format!(
             "namespace {} enforces Pod Security restricted, which refuses the root \
              {PREP_CONTAINER}: not injected; {NEVER}",
@@ -636,6 +646,8 @@ mod tests {
             restricted_namespace: false,
             claims: None,
             prep_withheld: Default::default(),
+            exceptions: Default::default(),
+            waivers: Default::default(),
             annotations: None,
             labels: None,
             has_metadata: true,

@@ -74,7 +74,9 @@ pub(super) fn container_fixes(
     changes: &mut Vec<Change>,
 ) {
     for c in governed(w, prep_managed) {
-        if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
+        if c.security_context.and_then(|s| s.run_as_non_root) == Some(false)
+            && !w.non_root_waived(&c)
+        {
             let path = c.path(w).keys(["securityContext", "runAsNonRoot"]);
             patch.replace(&path, true);
             changes.push(
@@ -101,6 +103,10 @@ pub(super) fn ephemeral_fixes(
         .into_iter()
         .filter(|c| c.list == ContainerList::Ephemeral && scope.judges(c))
     {
+        // An exception's container keeps its own security context (docs/exceptions.md).
+        if w.non_root_waived(&c) {
+            continue;
+        }
         let sc = c.security_context;
         let mut fields = Vec::new();
         let first_change = m.changes.len();

@@ -15,6 +15,8 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
         restricted_namespace: false,
         claims: None,
         prep_withheld: Default::default(),
+        exceptions: Default::default(),
+        waivers: Default::default(),
         annotations: meta.and_then(|m| m.annotations.as_ref()),
         labels: meta.and_then(|m| m.labels.as_ref()),
         has_metadata: true,

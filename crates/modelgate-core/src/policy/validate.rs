@@ -298,12 +298,15 @@ pub(super) fn validate_in(
             }
         }
         let sc_path = || c.path(w).key("securityContext");
+        // An exception's `non-root` lets its containers run as uid 0 and without
+        // runAsNonRoot (docs/exceptions.md); the other ranges still hold.
+        let waived = w.non_root_waived(&c);
         if let Some(sc) = c.security_context {
             check_range(
                 &mut out,
                 (&sc_path, "runAsUser"),
                 sc.run_as_user,
-                1,
+                if waived { 0 } else { 1 },
                 UID_ADVICE,
             );
             check_range(
@@ -319,7 +322,7 @@ pub(super) fn validate_in(
             Checks::All => true,
             Checks::EphemeralUpdate => c.list == ContainerList::Ephemeral,
             Checks::Present => {
-                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) {
+                if c.security_context.and_then(|s| s.run_as_non_root) == Some(false) && !waived {
                     out.push(Violation {
                         rule: Rule::NonRoot,
                         field: sc_path().key("runAsNonRoot").to_string(),
@@ -330,7 +333,7 @@ pub(super) fn validate_in(
                 false
             }
         };
-        if judged {
+        if judged && !waived {
             check_non_root(&mut out, &sc_path, c.security_context, pod_non_root);
         }
     }

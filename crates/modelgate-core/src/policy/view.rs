@@ -565,6 +565,7 @@ view! {
     /// A container of any of the three lists.
     pub struct ContainerView<'a> expecting "Container" {
         "name" => name: Option<Str<'a>>,
+        "image" => image: Option<Str<'a>>,
         "securityContext" => security_context: Option<SecurityContextView>,
         "volumeMounts" [NAMED_ELEMENT_BYTES] => volume_mounts: Option<Vec<VolumeMountView<'a>>>,
     }

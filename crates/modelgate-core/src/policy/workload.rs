@@ -9,6 +9,8 @@ use super::view::{
 use std::cell::OnceCell;
 
 use crate::cache::CacheIndex;
+use crate::config::PREP_CONTAINER;
+use crate::exceptions::{Exception, InScope, Waivable};
 use crate::patch::FieldPath;
 
 /// The well-known node label of the operating system, and its Windows value.
@@ -40,6 +42,22 @@ pub(crate) struct Workload<'a> {
     pub meta_path: FieldPath,
     /// `spec` or `spec.template.spec`.
     pub spec_path: FieldPath,
+    /// The exceptions in force in the namespace (docs/exceptions.md): empty, and free, where
+    /// none is.
+    pub exceptions: InScope<'a>,
+    /// What they waive for this pod: worked out at the first question.
+    pub waivers: OnceCell<Waivers<'a>>,
+}
+
+/// What the exceptions that match a pod waive for it.
+#[derive(Debug, Default)]
+pub(crate) struct Waivers<'a> {
+    /// The containers whose non-root checks are waived, by list and index.
+    pub non_root: Vec<(ContainerList, usize)>,
+    /// The exception that waives the prep for the pod, if one does.
+    pub cache_prep: Option<&'a str>,
+    /// The exceptions that waived something, by name.
+    pub used: Vec<&'a Exception>,
 }
 
 impl Workload<'_> {
@@ -77,6 +95,7 @@ pub(crate) struct ContainerRef<'a> {
     pub name: &'a str,
     pub security_context: Option<&'a SecurityContextView>,
     pub volume_mounts: Option<&'a [VolumeMountView<'a>]>,
+    pub image: Option<&'a str>,
 }
 
 impl ContainerRef<'_> {
@@ -88,6 +107,47 @@ impl ContainerRef<'_> {
 }
 
 impl<'a> Workload<'a> {
+    /// What the exceptions in force waive for this pod.
+    pub(crate) fn waivers(&self) -> &Waivers<'a> {
+        self.waivers.get_or_init(|| {
+            let mut out = Waivers::default();
+            if self.exceptions.is_empty() {
+                return out;
+            }
+            let containers = self.containers();
+            for e in self.exceptions.matching(self.labels) {
+                let mut used = false;
+                if e.waives(Waivable::NonRoot) {
+                    for c in &containers {
+                        // Never the prep's name (only the canonical prep may have it), and an
+                        // ephemeral container only when the exception names it.
+                        let eligible = c.name != PREP_CONTAINER
+                            && (c.list != ContainerList::Ephemeral || e.containers.is_some());
+                        if eligible && e.covers(c.name, c.image) {
+                            used = true;
+                            if !out.non_root.contains(&(c.list, c.index)) {
+                                out.non_root.push((c.list, c.index));
+                            }
+                        }
+                    }
+                }
+                if e.waives(Waivable::CachePrep) {
+                    used = true;
+                    out.cache_prep.get_or_insert(&e.name[..]);
+                }
+                if used {
+                    out.used.push(e);
+                }
+            }
+            out
+        })
+    }
+
+    /// Whether an exception waives the non-root checks for container `c`.
+    pub(crate) fn non_root_waived(&self, c: &ContainerRef) -> bool {
+        !self.exceptions.is_empty() && self.waivers().non_root.contains(&(c.list, c.index))
+    }
+
     pub(crate) fn annotation(&self, key: &str) -> Option<&'a str> {
         self.annotations?.get(key)
     }
@@ -165,6 +225,7 @@ impl<'a> Workload<'a> {
                 name: c.name(),
                 security_context: c.security_context.as_ref(),
                 volume_mounts: c.volume_mounts.as_deref(),
+                image: c.image.as_deref(),
             });
         };
         for (i, c) in s.init_containers().iter().enumerate() {

@@ -179,6 +179,8 @@ pub fn is_read_field(path: &str) -> bool {
         "",
         "[]",
         "[].name",
+        // Read for exceptions' `images` (docs/exceptions.md).
+        "[].image",
         "[].securityContext",
         "[].securityContext.runAsUser",
         "[].securityContext.runAsGroup",
@@ -267,11 +269,13 @@ fn meta_view(m: &ObjectMeta) -> ObjectMetaView<'_> {
 
 fn container_view<'a>(
     name: &'a str,
+    image: Option<&'a str>,
     sc: &Option<SecurityContext>,
     mounts: &'a Option<Vec<VolumeMount>>,
 ) -> ContainerView<'a> {
     ContainerView {
         name: Some(s(name)),
+        image: image.map(s),
         security_context: sc.as_ref().map(|sc| SecurityContextView {
             run_as_user: sc.run_as_user,
             run_as_group: sc.run_as_group,
@@ -384,7 +388,12 @@ fn spec_view<'a>(spec: &'a PodSpec, raw_init: &'a [Box<RawValue>]) -> PodSpecVie
             cs.iter()
                 .zip(raw_init)
                 .map(|(c, raw)| InitContainerView {
-                    container: container_view(&c.name, &c.security_context, &c.volume_mounts),
+                    container: container_view(
+                        &c.name,
+                        c.image.as_deref(),
+                        &c.security_context,
+                        &c.volume_mounts,
+                    ),
                     raw,
                 })
                 .collect()
@@ -392,12 +401,26 @@ fn spec_view<'a>(spec: &'a PodSpec, raw_init: &'a [Box<RawValue>]) -> PodSpecVie
         containers: Some(
             spec.containers
                 .iter()
-                .map(|c| container_view(&c.name, &c.security_context, &c.volume_mounts))
+                .map(|c| {
+                    container_view(
+                        &c.name,
+                        c.image.as_deref(),
+                        &c.security_context,
+                        &c.volume_mounts,
+                    )
+                })
                 .collect(),
         ),
         ephemeral_containers: spec.ephemeral_containers.as_ref().map(|cs| {
             cs.iter()
-                .map(|c| container_view(&c.name, &c.security_context, &c.volume_mounts))
+                .map(|c| {
+                    container_view(
+                        &c.name,
+                        c.image.as_deref(),
+                        &c.security_context,
+                        &c.volume_mounts,
+                    )
+                })
                 .collect()
         }),
     }
@@ -488,6 +511,8 @@ pub fn policy_on_both_readings(
             restricted_namespace: false,
             claims: None,
             prep_withheld: Default::default(),
+            exceptions: Default::default(),
+            waivers: Default::default(),
             annotations: meta.and_then(|m| m.annotations.as_ref()),
             labels: meta.and_then(|m| m.labels.as_ref()),
             has_metadata: meta.is_some(),

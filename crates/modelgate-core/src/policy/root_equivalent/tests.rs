@@ -34,6 +34,7 @@ fn answer(webhook: Webhook, object: &Value, namespaces: &Namespaces) -> testing:
         config: &cfg,
         caches: Caches::Ready(&index),
         namespaces,
+        now: None,
     };
     let review = testing::create_review("uid-1", object, "team-a");
     testing::review(webhook, &review, &ctx)

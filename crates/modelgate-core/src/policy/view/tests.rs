@@ -267,7 +267,7 @@ fn fields_no_rule_reads_are_skipped_unchecked() {
     let text = pod(json!({
         "metadata": {"creationTimestamp": 7, "ownerReferences": "nonsense", "finalizers": {"a": 1}},
         "spec": {
-            "containers": [{"name": "c", "image": 5, "ports": "x", "resources": [1, 2],
+            "containers": [{"name": "c", "imagePullPolicy": 5, "ports": "x", "resources": [1, 2],
                             "securityContext": {"capabilities": "all", "allowPrivilegeEscalation": "yes"}}],
             "volumes": [{"name": "v", "hostPath": {"type": 3}}],
             "dnsPolicy": ["x"],

@@ -1,0 +1,582 @@
+//! Reading an image's OCI config through the registry API, with the oci-client crate.
+//!
+//! A registry is untrusted input. What is bounded here:
+//! - every image is read within one deadline (`--image-timeout`): an unanswering, trickling or
+//!   redirect-looping registry is a finding for that image, never a hang;
+//! - a manifest or index over [`MAX_DOCUMENT`] bytes is refused (oci-client buffers a
+//!   manifest's body whole before handing it over, so this is checked after the read; the
+//!   deadline bounds how much can arrive before it);
+//! - a config blob whose descriptor declares more than [`MAX_DOCUMENT`] bytes is not requested,
+//!   and one whose body grows past it is refused and no longer read (it is streamed);
+//! - an index with more than [`MAX_INDEX_ENTRIES`] entries is refused;
+//! - a manifest asked for by digest must have that digest (oci-client checks it), and the
+//!   config's bytes must hash to the digest the manifest names (checked here);
+//! - a manifest or config that is not JSON is a finding.
+//!
+//! What oci-client (0.18) does not let this bound: a manifest, an error answer and a token
+//! answer are buffered whole by it (`bytes()`/`text()`) before any size can be checked; its
+//! reqwest client follows up to 10 redirects, HTTPS to HTTP included (credentials are dropped
+//! across hosts); Basic credentials are sent to whatever token realm a `WWW-Authenticate`
+//! challenge names, over whatever scheme. Only the deadline bounds those.
+//!
+//! The registries are read side by side, each at most `--image-concurrency` images at once, and
+//! each config is read once per digest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures::StreamExt as _;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+    OCI_IMAGE_MEDIA_TYPE, OciDescriptor,
+};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde_json::Value;
+use sha2::Digest as _;
+
+/// The largest manifest, index or config read (the distribution spec's manifest limit).
+pub const MAX_DOCUMENT: usize = 4 * 1024 * 1024;
+/// The most entries an index may have.
+pub const MAX_INDEX_ENTRIES: usize = 1024;
+
+const ACCEPT: &[&str] = &[
+    OCI_IMAGE_MEDIA_TYPE,
+    IMAGE_MANIFEST_MEDIA_TYPE,
+    OCI_IMAGE_INDEX_MEDIA_TYPE,
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
+
+/// `--platform OS/ARCH[/VARIANT]`: which manifest of a multi-platform index is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Platform {
+    pub os: String,
+    pub architecture: String,
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// linux and the architecture of this machine, as Go and OCI name it.
+    pub fn host() -> Platform {
+        let architecture = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            "powerpc64" => "ppc64le",
+            "loongarch64" => "loong64",
+            other => other,
+        };
+        Platform {
+            os: "linux".to_string(),
+            architecture: architecture.to_string(),
+            variant: None,
+        }
+    }
+
+    fn matches(&self, p: &Value) -> bool {
+        let field = |k: &str| p.get(k).and_then(Value::as_str);
+        field("os") == Some(self.os.as_str())
+            && field("architecture") == Some(self.architecture.as_str())
+            && self
+                .variant
+                .as_deref()
+                .is_none_or(|v| field("variant") == Some(v))
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Platform {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let ok = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric());
+        match parts.as_slice() {
+            [os, arch] if ok(os) && ok(arch) => Ok(Platform {
+                os: os.to_string(),
+                architecture: arch.to_string(),
+                variant: None,
+            }),
+            [os, arch, variant] if ok(os) && ok(arch) && ok(variant) => Ok(Platform {
+                os: os.to_string(),
+                architecture: arch.to_string(),
+                variant: Some(variant.to_string()),
+            }),
+            _ => Err(format!(
+                "{s:?}: expected OS/ARCH or OS/ARCH/VARIANT (e.g. linux/amd64, linux/arm64/v8)"
+            )),
+        }
+    }
+}
+
+/// Credentials by registry host (and port), from a docker `config.json`.
+#[derive(Default)]
+pub struct Credentials {
+    by_registry: HashMap<String, (String, String)>,
+    /// What the file holds that is not used (credential helpers, identity tokens).
+    pub notes: Vec<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut hosts: Vec<&String> = self.by_registry.keys().collect();
+        hosts.sort();
+        f.debug_struct("Credentials")
+            .field("registries", &hosts)
+            .finish()
+    }
+}
+
+/// A registry named in `config.json` (`https://index.docker.io/v1/`, `ghcr.io`) as
+/// oci-client names the registry of a reference (`index.docker.io`, `ghcr.io`,
+/// `127.0.0.1:5000`).
+fn registry_key(name: &str) -> String {
+    let name = name
+        .strip_prefix("https://")
+        .or_else(|| name.strip_prefix("http://"))
+        .unwrap_or(name);
+    let host = name.split('/').next().unwrap_or(name).to_ascii_lowercase();
+    match host.as_str() {
+        "docker.io" | "registry-1.docker.io" => "index.docker.io".to_string(),
+        _ => host,
+    }
+}
+
+impl Credentials {
+    /// Reads a docker `config.json`: `auths.<registry>.auth` (base64 `user:password`) or
+    /// `username` and `password`.
+    pub fn parse(text: &str) -> Result<Credentials, String> {
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| format!("not a docker config.json: {e}"))?;
+        let mut creds = Credentials::default();
+        for key in ["credsStore", "credHelpers"] {
+            if doc.get(key).is_some() {
+                creds.notes.push(format!(
+                    "{key}: credential helpers are not run; only `auths` entries are used"
+                ));
+            }
+        }
+        let Some(auths) = doc.get("auths") else {
+            return Ok(creds);
+        };
+        let auths = auths
+            .as_object()
+            .ok_or("not a docker config.json: `auths` is not an object")?;
+        for (registry, entry) in auths {
+            let text = |k: &str| {
+                entry
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+            };
+            let pair = if let Some(auth) = text("auth") {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(auth.trim())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        format!("auths.{registry}.auth is not base64 of user:password")
+                    })?;
+                let (u, p) = decoded.split_once(':').ok_or_else(|| {
+                    format!("auths.{registry}.auth is not base64 of user:password")
+                })?;
+                Some((u.to_string(), p.to_string()))
+            } else if let (Some(u), Some(p)) = (text("username"), text("password")) {
+                Some((u.to_string(), p.to_string()))
+            } else {
+                if text("identitytoken").is_some() {
+                    creds.notes.push(format!(
+                        "auths.{registry}: identity tokens are not used; reading it anonymously"
+                    ));
+                }
+                None
+            };
+            if let Some(pair) = pair {
+                creds.by_registry.insert(registry_key(registry), pair);
+            }
+        }
+        Ok(creds)
+    }
+
+    fn auth_for(&self, registry: &str) -> RegistryAuth {
+        match self.by_registry.get(&registry.to_ascii_lowercase()) {
+            Some((u, p)) => RegistryAuth::Basic(u.clone(), p.clone()),
+            None => RegistryAuth::Anonymous,
+        }
+    }
+}
+
+/// How the registries are reached.
+#[derive(Debug)]
+pub struct Settings {
+    pub platform: Platform,
+    pub credentials: Credentials,
+    /// `HOST:PORT` of the registries reached over plain HTTP.
+    pub insecure: Vec<String>,
+    /// PEM certificates trusted besides the system's roots.
+    pub ca_pem: Vec<Vec<u8>>,
+    pub timeout: Duration,
+    pub concurrency: usize,
+}
+
+/// What was read of one image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// The image manifest's digest (the platform's, for an index).
+    pub digest: String,
+    pub index_digest: Option<String>,
+    /// The platform chosen, for an index.
+    pub platform: Option<String>,
+    pub config_digest: String,
+    /// `config.User`, as written.
+    pub user: Option<String>,
+}
+
+/// Reads image configs, each config digest once.
+pub struct Fetcher {
+    client: Client,
+    settings: Settings,
+    /// config digest → `config.User`.
+    configs: Mutex<HashMap<String, Option<String>>>,
+}
+
+impl Fetcher {
+    pub fn new(settings: Settings) -> Result<Fetcher, String> {
+        // reqwest is built without a crypto provider of its own: ring's, as everywhere here.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let protocol = if settings.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(settings.insecure.clone())
+        };
+        let config = ClientConfig {
+            protocol,
+            extra_root_certificates: settings
+                .ca_pem
+                .iter()
+                .map(|pem| Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data: pem.clone(),
+                })
+                .collect(),
+            // Indexes are resolved here, with their size and entries bounded.
+            platform_resolver: None,
+            connect_timeout: Some(settings.timeout),
+            read_timeout: Some(settings.timeout),
+            ..ClientConfig::default()
+        };
+        // `Client::new` would fall back to a default client on a bad certificate: not that.
+        let client = Client::try_from(config).map_err(|e| format!("registry client: {e}"))?;
+        Ok(Fetcher {
+            client,
+            settings,
+            configs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Reads every image, each within the per-image timeout: the registries side by side, and
+    /// from each registry at most `concurrency` images at once, so that a registry that does
+    /// not answer delays no other registry's images.
+    pub async fn fetch_all(
+        &self,
+        images: Vec<String>,
+    ) -> BTreeMap<String, Result<Fetched, String>> {
+        let timeout = self.settings.timeout;
+        let mut by_registry: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for image in images {
+            // An image that does not parse is its own group: it fails at once.
+            let registry = image
+                .parse::<Reference>()
+                .map(|r| r.resolve_registry().to_string())
+                .unwrap_or_else(|_| image.clone());
+            by_registry.entry(registry).or_default().push(image);
+        }
+        let per_registry = by_registry.into_values().map(|images| {
+            futures::stream::iter(images)
+                .map(|image| async move {
+                    let r = match tokio::time::timeout(timeout, self.fetch(&image)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(format!(
+                            "no complete answer from the registry within {timeout:?} \
+                             (--image-timeout)"
+                        )),
+                    };
+                    (image, r)
+                })
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect::<Vec<_>>()
+        });
+        futures::future::join_all(per_registry)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Reads one image's manifest (through its index) and config.
+    pub async fn fetch(&self, image: &str) -> Result<Fetched, String> {
+        let reference: Reference = image
+            .parse()
+            .map_err(|e| format!("not an image reference: {e}"))?;
+        let auth = self
+            .settings
+            .credentials
+            .auth_for(reference.resolve_registry());
+        let (doc, digest) = self.manifest(&reference, &auth).await?;
+        let (manifest, digest, index_digest, platform) = if is_index(&doc) {
+            let entries = doc
+                .get("manifests")
+                .and_then(Value::as_array)
+                .ok_or("the index has no `manifests` list")?;
+            if entries.len() > MAX_INDEX_ENTRIES {
+                return Err(format!(
+                    "the index has {} entries, more than the {MAX_INDEX_ENTRIES} read",
+                    entries.len()
+                ));
+            }
+            let want = &self.settings.platform;
+            let chosen = entries
+                .iter()
+                .find(|e| e.get("platform").is_some_and(|p| want.matches(p)))
+                .ok_or_else(|| {
+                    let offered: Vec<String> = entries
+                        .iter()
+                        .filter_map(|e| e.get("platform"))
+                        .map(|p| {
+                            let f = |k| p.get(k).and_then(Value::as_str).unwrap_or("?");
+                            match p.get("variant").and_then(Value::as_str) {
+                                Some(v) => format!("{}/{}/{v}", f("os"), f("architecture")),
+                                None => format!("{}/{}", f("os"), f("architecture")),
+                            }
+                        })
+                        .collect();
+                    format!(
+                        "the index has no manifest for {want} (--platform); it has: {}",
+                        if offered.is_empty() {
+                            "none with a platform".to_string()
+                        } else {
+                            offered.join(", ")
+                        }
+                    )
+                })?;
+            let child = chosen
+                .get("digest")
+                .and_then(Value::as_str)
+                .ok_or("an index entry has no digest")?;
+            let declared = chosen.get("size").and_then(Value::as_i64).unwrap_or(0);
+            if declared < 0 || declared as u64 > MAX_DOCUMENT as u64 {
+                return Err(format!(
+                    "the index declares the manifest for {want} as {declared} bytes, over the \
+                     {MAX_DOCUMENT} read"
+                ));
+            }
+            let child_ref = reference.clone_with_digest(child.to_string());
+            let (child_doc, child_digest) = self.manifest(&child_ref, &auth).await?;
+            if is_index(&child_doc) {
+                return Err(format!(
+                    "the index's manifest for {want} is itself an index"
+                ));
+            }
+            (
+                child_doc,
+                child_digest,
+                Some(digest),
+                Some(want.to_string()),
+            )
+        } else {
+            (doc, digest, None, None)
+        };
+        let config = manifest
+            .get("config")
+            .ok_or("the manifest names no config")?;
+        let config_digest = config
+            .get("digest")
+            .and_then(Value::as_str)
+            .ok_or("the manifest's config has no digest")?
+            .to_string();
+        let size = config.get("size").and_then(Value::as_i64).unwrap_or(0);
+        if size < 0 || size as u64 > MAX_DOCUMENT as u64 {
+            return Err(format!(
+                "the config is declared as {size} bytes, over the {MAX_DOCUMENT} read"
+            ));
+        }
+        let cached = self
+            .configs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&config_digest)
+            .cloned();
+        let user = match cached {
+            Some(user) => user,
+            None => {
+                let media_type = config
+                    .get("mediaType")
+                    .and_then(Value::as_str)
+                    .unwrap_or("application/vnd.oci.image.config.v1+json");
+                let user = self
+                    .config_user(&reference, &config_digest, size, media_type)
+                    .await?;
+                self.configs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(config_digest.clone(), user.clone());
+                user
+            }
+        };
+        Ok(Fetched {
+            digest,
+            index_digest,
+            platform,
+            config_digest,
+            user,
+        })
+    }
+
+    /// A manifest or index as JSON, with its digest.
+    async fn manifest(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<(Value, String), String> {
+        let (body, digest) = self
+            .client
+            .pull_manifest_raw(reference, auth, ACCEPT)
+            .await
+            .map_err(|e| describe(&e))?;
+        if body.len() > MAX_DOCUMENT {
+            return Err(format!(
+                "the manifest is {} bytes, over the {MAX_DOCUMENT} read",
+                body.len()
+            ));
+        }
+        let doc: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("the manifest is not JSON: {e}"))?;
+        if !doc.is_object() {
+            return Err("the manifest is not a JSON object".to_string());
+        }
+        Ok((doc, digest))
+    }
+
+    /// The config blob, streamed and bounded, checked against its digest; its `config.User`.
+    async fn config_user(
+        &self,
+        reference: &Reference,
+        digest: &str,
+        size: i64,
+        media_type: &str,
+    ) -> Result<Option<String>, String> {
+        let descriptor = OciDescriptor {
+            media_type: media_type.to_string(),
+            digest: digest.to_string(),
+            size,
+            ..OciDescriptor::default()
+        };
+        let mut stream = self
+            .client
+            .pull_blob_stream(reference, &descriptor)
+            .await
+            .map_err(|e| describe(&e))?;
+        if stream
+            .content_length
+            .is_some_and(|n| n > MAX_DOCUMENT as u64)
+        {
+            return Err(format!(
+                "the config is {} bytes, over the {MAX_DOCUMENT} read",
+                stream.content_length.unwrap_or_default()
+            ));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = stream.stream.next().await {
+            let chunk = chunk.map_err(|e| format!("reading the config: {}", describe(&e)))?;
+            if body.len() + chunk.len() > MAX_DOCUMENT {
+                return Err(format!(
+                    "the config is over the {MAX_DOCUMENT} bytes read; no longer read"
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let actual = format!("sha256:{:x}", sha2::Sha256::digest(&body));
+        if digest.starts_with("sha256:") && actual != digest {
+            return Err(format!(
+                "the config's digest is {actual}, not the {digest} its manifest names"
+            ));
+        }
+        let config: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("the config is not JSON: {e}"))?;
+        Ok(config
+            .pointer("/config/User")
+            .and_then(Value::as_str)
+            .map(str::to_string))
+    }
+}
+
+fn is_index(doc: &Value) -> bool {
+    match doc.get("mediaType").and_then(Value::as_str) {
+        Some(t) if t == OCI_IMAGE_INDEX_MEDIA_TYPE || t == IMAGE_MANIFEST_LIST_MEDIA_TYPE => true,
+        Some(_) => false,
+        None => doc.get("manifests").is_some() && doc.get("config").is_none(),
+    }
+}
+
+/// An error with its causes, on one line.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms_parse() {
+        let p: Platform = "linux/arm64/v8".parse().unwrap();
+        assert_eq!(p.variant.as_deref(), Some("v8"));
+        assert_eq!(p.to_string(), "linux/arm64/v8");
+        assert!("amd64".parse::<Platform>().is_err());
+        assert!("linux//".parse::<Platform>().is_err());
+        assert_eq!(Platform::host().os, "linux");
+    }
+
+    #[test]
+    fn docker_config_is_read() {
+        let text = r#"{"auths": {
+            "https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNz"},
+            "127.0.0.1:5000": {"username": "u", "password": "p:q"},
+            "ghcr.io": {"identitytoken": "x"}},
+            "credHelpers": {"gcr.io": "gcloud"}}"#;
+        let c = Credentials::parse(text).unwrap();
+        assert_eq!(
+            c.auth_for("index.docker.io"),
+            RegistryAuth::Basic("user".into(), "pass".into())
+        );
+        assert_eq!(
+            c.auth_for("127.0.0.1:5000"),
+            RegistryAuth::Basic("u".into(), "p:q".into())
+        );
+        assert_eq!(c.auth_for("ghcr.io"), RegistryAuth::Anonymous);
+        assert_eq!(c.notes.len(), 2);
+        assert!(Credentials::parse("[").is_err());
+    }
+}

@@ -1,7 +1,8 @@
 //! `ModelgateException`s through a real list/watch of the fake API server
 //! (tests/support/fake_apiserver.rs), as `serve` watches them with the caches
 //! (docs/exceptions.md): the readiness waits for their list, a new exception is honoured once
-//! the watch delivers it, a deleted one no longer is, and an admission makes no API call.
+//! the watch delivers it, a deleted one no longer is, and an admission makes no API call. The
+//! `expires` of each one held is exported as `modelgate_exception_expiry_timestamp_seconds`.
 
 mod support;
 
@@ -14,6 +15,7 @@ use modelgate::cache::{CacheIndex, CacheMetrics, CacheStore, CacheWatch, CacheWa
 use modelgate::config::PolicyConfig;
 use modelgate::exceptions::{NAMESPACE_LABEL, parse_time};
 use modelgate::namespaces::{NamespaceLabels, Namespaces};
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use support::fake_apiserver::{CACHES, EXCEPTIONS, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS};
 
@@ -90,6 +92,24 @@ fn admit(store: &CacheStore, namespaces: &Namespaces) -> (bool, Option<String>) 
     )
 }
 
+/// The `modelgate_exception_expiry_timestamp_seconds` samples of `registry`.
+fn expiry_samples(registry: &Registry) -> Vec<String> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("modelgate_exception_expiry_timestamp_seconds{"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The sample of the exception `team-a/name`, which expires at 2027-01-01T00:00:00Z.
+fn expiry_sample(name: &str) -> String {
+    let expires = parse_time("2027-01-01T00:00:00Z").unwrap();
+    format!(
+        r#"modelgate_exception_expiry_timestamp_seconds{{namespace="team-a",name="{name}"}} {expires}"#
+    )
+}
+
 fn open_team_a() -> Namespaces {
     let mut namespaces = Namespaces::default();
     let labels = BTreeMap::from([(NAMESPACE_LABEL.to_string(), "allowed".to_string())]);
@@ -103,12 +123,10 @@ async fn exceptions_are_watched_like_the_caches() {
     server.apply(EXCEPTIONS, exception("vendor-root"));
     // Until the exceptions are listed, the server is not ready.
     server.fail_lists(EXCEPTIONS, Some(500));
-    let watch = CacheWatch::spawn(
-        server.client(),
-        CacheIndex::new(),
-        CacheMetrics::new(),
-        config(),
-    );
+    let metrics = CacheMetrics::new();
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let watch = CacheWatch::spawn(server.client(), CacheIndex::new(), metrics, config());
     let readiness = watch.readiness();
     let store = watch.store().clone();
     eventually("a list of the exceptions attempted", || {
@@ -131,6 +149,8 @@ async fn exceptions_are_watched_like_the_caches() {
     .await;
     // The same exception in a namespace that is not open: nothing.
     assert_eq!(admit(&store, Namespaces::none()), (false, None));
+    // Its expiry is exported with the index that holds it.
+    assert_eq!(expiry_samples(&registry), [expiry_sample("vendor-root")]);
 
     // No API call per admission.
     let before = server.requests();
@@ -154,6 +174,8 @@ async fn exceptions_are_watched_like_the_caches() {
         admit(&store, &open) == (true, Some("vendor-root-2".into()))
     })
     .await;
+    // The deleted one's series is gone, the new one's is there.
+    assert_eq!(expiry_samples(&registry), [expiry_sample("vendor-root-2")]);
     // One that the CRD would refuse (an empty selector) is never honoured, whatever the watch
     // delivers.
     server.delete(EXCEPTIONS, Some("team-a"), "vendor-root-2");
@@ -166,6 +188,7 @@ async fn exceptions_are_watched_like_the_caches() {
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(admit(&store, &open), (false, None));
+    assert!(expiry_samples(&registry).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@
 //! - `docs/operations.md`, section "Metrics": every metric family a fresh `serve` exports, with
 //!   and without a cluster (the fake API server of `tests/support`, as tests/serve_cluster.rs
 //!   runs it), must have a row, with its type and its label names when the table has those
-//!   columns; and every row must name a family one of the two exports.
+//!   columns; and every row must name a family one of the two exports. The fake API server
+//!   holds one `ModelgateException`, so that the families with a series per exception have one.
 //!
 //! A flag, variable, default, exit code or metric added without its row fails here, naming it.
 
@@ -22,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use common::{ServerProcess, TestPki, serve_command_against};
-use support::fake_apiserver::{CACHES, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS};
+use support::fake_apiserver::{CACHES, EXCEPTIONS, FakeApiServer, NAMESPACE_CACHES, NODE_GROUPS};
 
 const CLI_DOC: &str = "docs/cli.md";
 const METRICS_DOC: &str = "docs/operations.md";
@@ -708,11 +709,23 @@ fn families(scrape: &str) -> BTreeMap<String, Family> {
     out
 }
 
-/// `/metrics` of a fresh `serve` started by `cmd`.
+/// `/metrics` of a fresh `serve` started by `cmd`, once it is ready (its watches listed).
 async fn scrape(cmd: std::process::Command) -> String {
     let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(cmd))
         .await
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !matches!(
+        server.probe_get("/readyz").await,
+        Ok((hyper::StatusCode::OK, _))
+    ) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve not ready after 30 s; logs:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let (status, body) = server.probe_get("/metrics").await.unwrap();
     assert_eq!(status, hyper::StatusCode::OK, "{body}");
     body
@@ -724,7 +737,18 @@ async fn every_metric_serve_exports_is_in_the_metrics_table() {
     // Without a cluster (`--no-cluster`), and against one: a family registered only with a
     // cluster (the claim reads) is exported by the second alone.
     let alone = families(&scrape(common::serve_command(&pki.tls_args())).await);
-    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS]).await;
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
+    // `modelgate_exception_expiry_timestamp_seconds` has no series (and so no family in the
+    // text) while no exception is held.
+    api.apply(
+        EXCEPTIONS,
+        serde_json::json!({
+            "metadata": {"name": "vendor-root", "namespace": "team-a",
+                         "creationTimestamp": "2026-11-20T00:00:00Z"},
+            "spec": {"reason": "vendor image runs as root", "expires": "2027-01-01T00:00:00Z",
+                     "rules": ["non-root"], "selector": {"matchLabels": {"app": "vendor"}}}
+        }),
+    );
     let kubeconfig = pki.dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
     let clustered = families(&scrape(serve_command_against(&kubeconfig, &pki.tls_args())).await);

@@ -7,12 +7,16 @@
 //! | `modelgate_cache_synced` | `kind` | 1 once the kind's first list arrived (or its CRD is absent), else 0 |
 //! | `modelgate_cache_watch_restarts_total` | `kind` | list/watch failures and relists of the kind |
 //! | `modelgate_cache_skipped_total` | `kind`; `reason` = a [`SkipReason`] | objects left out (or kept with parts left out) when converted, and objects ignored past a cap: one per object each time it is converted or offered (docs/model-cache.md, "Bounds") |
+//! | `modelgate_exception_expiry_timestamp_seconds` | `namespace`, `name` | the `spec.expires` of each `ModelgateException` in the published index, Unix seconds: the soonest [`MAX_EXPIRY_SERIES`] |
 //!
 //! Lookups are counted where their answer is used: the admission's summary says how its model
 //! URI was resolved ([`Resolved`]), and the server's metrics count it through the
 //! [`LookupCounters`] resolved here once. A miss decided before a lookup (`opted-out`,
 //! `kserve-managed`, `not-synced`) is counted alike. The index itself counts nothing, so the
 //! offline commands and the validator's replay of a mutation are not counted.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -34,6 +38,17 @@ struct SkipLabels {
     kind: &'static str,
     reason: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExceptionLabels {
+    namespace: String,
+    name: String,
+}
+
+/// The most `modelgate_exception_expiry_timestamp_seconds` series, as many as the uses counter
+/// has: past it, only the exceptions that expire soonest are exported (ties by namespace, then
+/// name), so that the ones an alert must see are never the ones left out.
+pub const MAX_EXPIRY_SERIES: usize = 500;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LookupLabels {
@@ -69,6 +84,9 @@ pub struct CacheMetrics {
     synced: Family<KindLabel, Gauge>,
     watch_restarts: Family<KindLabel, Counter>,
     skipped: Family<SkipLabels, Counter>,
+    /// `modelgate_exception_expiry_timestamp_seconds`, and the series it exports now.
+    exception_expiry: Family<ExceptionLabels, Gauge>,
+    expiry_series: Arc<Mutex<HashSet<ExceptionLabels>>>,
 }
 
 impl Default for CacheMetrics {
@@ -87,6 +105,8 @@ impl CacheMetrics {
             synced: Family::default(),
             watch_restarts: Family::default(),
             skipped: Family::default(),
+            exception_expiry: Family::default(),
+            expiry_series: Arc::default(),
         };
         for kind in Kind::ALL {
             let label = KindLabel { kind: kind.name() };
@@ -103,7 +123,7 @@ impl CacheMetrics {
         m
     }
 
-    /// Adds the four families to the server's registry.
+    /// Adds the families to the server's registry.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "modelgate_cache_objects",
@@ -132,6 +152,12 @@ impl CacheMetrics {
             "Objects left out when converted (or kept with parts left out), and objects ignored \
              past a cap, by kind and reason",
             self.skipped.clone(),
+        );
+        registry.register(
+            "modelgate_exception_expiry_timestamp_seconds",
+            "The spec.expires of each ModelgateException held, in Unix seconds, by its namespace \
+             and name (the soonest 500; docs/exceptions.md)",
+            self.exception_expiry.clone(),
         );
     }
 
@@ -179,6 +205,38 @@ impl CacheMetrics {
                 .get_or_create(&KindLabel { kind: kind.name() })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        self.set_exception_expiries(index);
+    }
+
+    /// Exports the `expires` of the index's exceptions, the soonest [`MAX_EXPIRY_SERIES`], and
+    /// drops the series of those no longer held (or no longer among the soonest).
+    fn set_exception_expiries(&self, index: &CacheIndex) {
+        let mut held: Vec<_> = index
+            .exceptions()
+            .map(|e| (e.expires, &*e.namespace, &*e.name))
+            .collect();
+        if held.len() > MAX_EXPIRY_SERIES {
+            held.select_nth_unstable(MAX_EXPIRY_SERIES - 1);
+            held.truncate(MAX_EXPIRY_SERIES);
+        }
+        let mut exported = self
+            .expiry_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut next = HashSet::with_capacity(held.len());
+        for (expires, namespace, name) in held {
+            let labels = ExceptionLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            };
+            self.exception_expiry.get_or_create(&labels).set(expires);
+            exported.remove(&labels);
+            next.insert(labels);
+        }
+        for gone in exported.drain() {
+            self.exception_expiry.remove(&gone);
+        }
+        *exported = next;
     }
 
     pub(crate) fn set_synced(&self, kind: Kind, synced: bool) {
@@ -273,5 +331,75 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    fn exception(namespace: &str, name: &str, expires: &str) -> Arc<crate::exceptions::Exception> {
+        let object = serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"reason": "r", "expires": expires, "rules": ["non-root"],
+                     "selector": {"matchLabels": {"app": "vendor"}}}
+        });
+        Arc::new(crate::exceptions::Exception::from_object(&object).unwrap())
+    }
+
+    fn expiry_lines(registry: &Registry) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("modelgate_exception_expiry_timestamp_seconds{"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn exception_expiries_follow_the_index_within_a_bounded_number_of_series() {
+        let metrics = CacheMetrics::new();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut index = CacheIndex::new();
+        metrics.set_objects(&index);
+        assert!(expiry_lines(&registry).is_empty());
+
+        index.upsert_exception(exception("team-a", "vendor-root", "2027-01-01T00:00:00Z"));
+        index.upsert_exception(exception("team-b", "old", "2026-12-10T00:00:00Z"));
+        metrics.set_objects(&index);
+        let mut lines = expiry_lines(&registry);
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                r#"modelgate_exception_expiry_timestamp_seconds{namespace="team-a",name="vendor-root"} 1798761600"#,
+                r#"modelgate_exception_expiry_timestamp_seconds{namespace="team-b",name="old"} 1796860800"#,
+            ]
+        );
+
+        // Replaced, then removed: the series follows, then goes.
+        index.upsert_exception(exception("team-b", "old", "2026-12-11T00:00:00Z"));
+        index.remove_exception("team-a", "vendor-root");
+        metrics.set_objects(&index);
+        assert_eq!(
+            expiry_lines(&registry),
+            [
+                r#"modelgate_exception_expiry_timestamp_seconds{namespace="team-b",name="old"} 1796947200"#
+            ]
+        );
+
+        // Past the bound, the ones that expire latest are left out.
+        for i in 0..MAX_EXPIRY_SERIES {
+            index.upsert_exception(exception(
+                "team-c",
+                &format!("e{i}"),
+                "2027-02-01T00:00:00Z",
+            ));
+        }
+        metrics.set_objects(&index);
+        let lines = expiry_lines(&registry);
+        assert_eq!(lines.len(), MAX_EXPIRY_SERIES);
+        assert!(lines.iter().any(|l| l.contains(r#"name="old""#)));
+        index.remove_exception("team-b", "old");
+        metrics.set_objects(&index);
+        let lines = expiry_lines(&registry);
+        assert_eq!(lines.len(), MAX_EXPIRY_SERIES);
+        assert!(!lines.iter().any(|l| l.contains(r#"name="old""#)));
     }
 }

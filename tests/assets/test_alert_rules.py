@@ -42,6 +42,10 @@ DEPLOY = f'kube_deployment_status_replicas_available{{namespace="{NS}",deploymen
 MUTATE_HOOK = 'name="mutate.modelgate.io",type="admit",operation="CREATE"'
 # The workload controllers' entry of the validating configuration (docs/policy.md §11).
 CONTROLLERS_HOOK = 'name="validate-controllers.modelgate.io",type="validating",operation="UPDATE"'
+EXPIRY = "modelgate_exception_expiry_timestamp_seconds"
+# The exception's namespace, as Prometheus stores it: the target's `namespace` label wins, and
+# modelgate's own becomes `exported_namespace`.
+VENDOR_ROOT = 'exported_namespace="team-a",name="vendor-root"'
 
 CASES = {
     "no ready replica (kube-state-metrics)": case(
@@ -142,6 +146,16 @@ CASES = {
         {f'modelgate_admission_errors_total{{{SEL},reason="body_too_slow"}}': "0x10 1x30",
          f'modelgate_admission_errors_total{{{SEL},reason="deadline_exceeded"}}': "0+30x40"},
         "15m", [],  # pending since 11m: one cut's rate lasts 5 min, the alert needs more
+    ),
+    "an exception expires in 3 days (seen by two replicas)": case(
+        "ModelgateExceptionExpiresSoon",
+        {f'{EXPIRY}{{{SEL},instance="a",{VENDOR_ROOT}}}': "259200x40", f'{EXPIRY}{{{SEL},instance="b",{VENDOR_ROOT}}}': "259200x40"},
+        "20m", [{**WARN, "job": "modelgate", "namespace": NS, "exported_namespace": "team-a", "name": "vendor-root"}],
+    ),
+    "an exception expires in 30 days": case(
+        "ModelgateExceptionExpiresSoon",
+        {f'{EXPIRY}{{{SEL},instance="a",{VENDOR_ROOT}}}': "2592000x40"},
+        "20m", [],
     ),
     "the API server cannot call the mutating webhook": case(
         "ModelgateWebhookCallsFailing",

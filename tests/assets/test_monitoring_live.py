@@ -90,14 +90,26 @@ def pod_review(uid: str, run_as_user: int | None = None) -> bytes:
     }).encode()  # fmt: skip
 
 
+# One exception held, so that modelgate_exception_expiry_timestamp_seconds has a series (it has
+# none without one). It expires long after the test, so ModelgateExceptionExpiresSoon stays quiet.
+EXCEPTION = {
+    "apiVersion": "modelgate.io/v1alpha1", "kind": "ModelgateException",
+    "metadata": {"name": "vendor-root", "namespace": "team-a"},
+    "spec": {"reason": "vendor image runs as root", "expires": "2099-01-01T00:00:00Z", "rules": ["non-root"],
+             "selector": {"matchLabels": {"app": "vendor"}}},
+}  # fmt: skip
+
+
 class Serve:
-    """`modelgate serve --dev` on free local ports, with a generated certificate."""
+    """`modelgate serve --dev` on free local ports, with a generated certificate and EXCEPTION."""
 
     def __init__(self, binary: Path, work: Path):
         self.port, self.probe_port = free_port(), free_port()
         self.log = open(work / "serve.log", "w")  # noqa: SIM115 - closed in stop()
+        exceptions = work / "exceptions.yaml"
+        exceptions.write_text(yaml.safe_dump(EXCEPTION))
         self.proc = subprocess.Popen(
-            [str(binary), "serve", "--dev", "--certs-dir", str(work / "dev-certs"),
+            [str(binary), "serve", "--dev", "--certs-dir", str(work / "dev-certs"), "--caches", str(exceptions),
              f"--listen=127.0.0.1:{self.port}", f"--probe-listen=127.0.0.1:{self.probe_port}"],
             stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -26,7 +26,7 @@ ALERTS = {
     "ModelgateNoReadyReplica", "ModelgateAdmissionErrors", "ModelgateLatencyHigh", "ModelgateCertificateExpiring",
     "ModelgateCachesNotSynced", "ModelgateWebhookCallsFailing", "ModelgateWebhookFailingOpen",
     "ModelgateWebhookSlowFromApiServer", "ModelgateConnectionCapReached", "ModelgateWatchFailing",
-    "ModelgateSlowSendersCut",
+    "ModelgateSlowSendersCut", "ModelgateExceptionExpiresSoon",
 }  # fmt: skip
 
 

@@ -1200,6 +1200,11 @@ impl CacheIndex {
         self.exceptions.get(namespace).map_or(&[], |l| &**l)
     }
 
+    /// Every exception the index holds (whether in force or not), by name within a namespace.
+    pub fn exceptions(&self) -> impl Iterator<Item = &Arc<crate::exceptions::Exception>> {
+        self.exceptions.values().flat_map(|l| l.iter())
+    }
+
     /// How many exceptions the index holds.
     pub fn exception_count(&self) -> usize {
         self.exceptions.values().map(|l| l.len()).sum()

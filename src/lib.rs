@@ -21,7 +21,7 @@
 //! - [`server`]: `serve`'s TLS listener, probes, metrics, certificate reload and shutdown;
 //! - [`cli`]: the commands and their flags (the policy flags convert into the core's config).
 
-pub use modelgate_core::{admission, backstop, config, exceptions, policy};
+pub use modelgate_core::{admission, backstop, config, exceptions, kinds, policy};
 
 /// The clock of the decisions that read exceptions' `expires` (docs/exceptions.md): Unix
 /// seconds now.

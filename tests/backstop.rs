@@ -31,11 +31,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kube_apiserver_cel::{AdmissionRequest, Case, Decision, UserInfo, namespace_object};
-use modelgate::admission::{self, Scope, Webhook, WorkloadKind, WorkloadKinds};
+use modelgate::admission::{self, Webhook};
 use modelgate::backstop::{self, Selection};
 use modelgate::cache::CacheIndex;
 use modelgate::config::{IdSetting, PolicyConfig, PrepMode};
 use modelgate::documents::read_documents;
+use modelgate::kinds::{self, Scope, WorkloadKind, WorkloadKinds};
 use modelgate::namespaces::Namespaces;
 use modelgate::policy::Caches;
 use modelgate_core::testing::{self, Answer, create_review};
@@ -235,7 +236,7 @@ impl<'a> Request<'a> {
         let cluster_scoped = WorkloadKinds::defaults()
             .find_api_version(api_version, kind)
             .is_some_and(|row| row.scope == Scope::Cluster);
-        let (group, version) = admission::split_api_version(api_version);
+        let (group, version) = kinds::split_api_version(api_version);
         Request {
             object,
             old_object: None,
@@ -1581,8 +1582,8 @@ fn ml_custom_resources_agree_with_the_webhook() {
             let text = serde_json::to_string(&object).unwrap();
             for t in admission::templates_of(&row, &text).unwrap() {
                 let spec = match t.shape {
-                    admission::Shape::PodTemplateSpec => format!("{}/spec", t.pointer),
-                    admission::Shape::PodSpec => t.pointer.clone(),
+                    kinds::Shape::PodTemplateSpec => format!("{}/spec", t.pointer),
+                    kinds::Shape::PodSpec => t.pointer.clone(),
                 };
                 if let Some(c) = rooted.pointer_mut(&format!("{spec}/containers/0")) {
                     c["securityContext"]["runAsUser"] = json!(0);

@@ -971,10 +971,10 @@ fn every_corpus_document_gets_the_outcome_spec_md_predicts() {
 }
 
 /// The row of the workload-kind table a review is for (docs/policy.md §11, §12).
-fn table_row(review: &Value) -> Option<modelgate::admission::KindEntry> {
+fn table_row(review: &Value) -> Option<modelgate::kinds::KindEntry> {
     let kind = &review["request"]["kind"];
     let field = |k: &str| kind[k].as_str().unwrap_or("");
-    modelgate::admission::WorkloadKinds::defaults()
+    modelgate::kinds::WorkloadKinds::defaults()
         .find(field("group"), field("version"), field("kind"))
         .cloned()
 }
@@ -992,8 +992,7 @@ fn is_partial(review: &Value) -> bool {
 /// What the pods of a controller would get: the Pod of its template (as `audit` makes it)
 /// through `/mutate`, the patch applied, then `/validate`.
 fn pods_decision(label: &str, controller: &Value, namespace: &str, ctx: &Context) -> Answer {
-    static TABLE: std::sync::OnceLock<modelgate::admission::WorkloadKinds> =
-        std::sync::OnceLock::new();
+    static TABLE: std::sync::OnceLock<modelgate::kinds::WorkloadKinds> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(Default::default);
     let target = match modelgate::audit::extract(controller.clone(), namespace, table) {
         Ok(modelgate::audit::Extracted::Target(t)) if t.parts.len() == 1 => t,

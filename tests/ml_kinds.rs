@@ -121,7 +121,7 @@ fn check(label: &str, expect: &Expect, validated: &Answer, mutated: &Answer) {
 /// warned, for a partial kind), so a kind cannot drop out of the table unnoticed.
 #[test]
 fn the_fixtures_cover_every_default_kind() {
-    let table = modelgate::admission::WorkloadKinds::defaults();
+    let table = modelgate::kinds::WorkloadKinds::defaults();
     let objects = fixtures();
     for row in table.entries().iter().skip(6) {
         let of_kind: Vec<Expect> = objects
@@ -553,7 +553,7 @@ fn pod_spec() -> impl Strategy<Value = Value> {
 /// The allowed fixtures of kinds whose templates are all complete: the skeletons a generated
 /// pod spec is put into.
 fn skeletons() -> Vec<Value> {
-    let table = modelgate::admission::WorkloadKinds::defaults();
+    let table = modelgate::kinds::WorkloadKinds::defaults();
     fixtures()
         .into_iter()
         .map(|(_, o)| o)
@@ -598,7 +598,7 @@ proptest! {
         spec in pod_spec(),
     ) {
         let cfg = PolicyConfig::default();
-        let table = modelgate::admission::WorkloadKinds::defaults();
+        let table = modelgate::kinds::WorkloadKinds::defaults();
         let skeletons = skeletons();
         let mut object = skeletons[which % skeletons.len()].clone();
         let row = table
@@ -687,12 +687,12 @@ fn are_called(conditions: &Value, cases: &[Case]) -> Vec<bool> {
 
 /// A change of the object's last template: its service account, which a PodTemplateSpec's
 /// spec and a bare pod spec both have.
-fn change_last_template(object: &mut Value, row: &modelgate::admission::KindEntry) {
+fn change_last_template(object: &mut Value, row: &modelgate::kinds::KindEntry) {
     let text = object.to_string();
     let templates = modelgate::admission::templates_of(row, &text).unwrap();
     let last = templates.last().unwrap();
     let mut pointer = last.pointer.clone();
-    if last.shape == modelgate::admission::Shape::PodTemplateSpec {
+    if last.shape == modelgate::kinds::Shape::PodTemplateSpec {
         pointer.push_str("/spec");
     }
     object.pointer_mut(&pointer).unwrap()["serviceAccountName"] = json!("other");
@@ -722,7 +722,7 @@ fn exports_the_requests_the_api_server_sends_for_these_kinds() {
 
 fn ml_requests() -> Vec<Value> {
     let conditions = installed_match_conditions();
-    let table = modelgate::admission::WorkloadKinds::defaults();
+    let table = modelgate::kinds::WorkloadKinds::defaults();
     let mut out = Vec::new();
     let mut cases = Vec::new();
     let mut expected = Vec::new();
@@ -732,7 +732,7 @@ fn ml_requests() -> Vec<Value> {
             object["kind"].as_str().unwrap(),
         );
         let row = table.find_api_version(api_version, kind).unwrap().clone();
-        let (group, version) = modelgate::admission::split_api_version(api_version);
+        let (group, version) = modelgate::kinds::split_api_version(api_version);
         let namespace = object["metadata"]["namespace"]
             .as_str()
             .unwrap_or("default");
@@ -766,7 +766,7 @@ fn ml_requests() -> Vec<Value> {
             let mut new = new.clone();
             new["metadata"]["namespace"] = json!(namespace);
             // As the API server binds the request: a cluster-scoped object has no namespace.
-            let cluster_scoped = row.scope == modelgate::admission::Scope::Cluster;
+            let cluster_scoped = row.scope == modelgate::kinds::Scope::Cluster;
             let in_scope = |o: &Value| {
                 let mut o = o.clone();
                 if cluster_scoped && let Some(meta) = o["metadata"].as_object_mut() {
@@ -809,11 +809,11 @@ fn ml_requests() -> Vec<Value> {
                 .map(|t| {
                     let found = new.pointer(&t.pointer).unwrap().clone();
                     let template = match t.shape {
-                        modelgate::admission::Shape::PodTemplateSpec => found,
+                        modelgate::kinds::Shape::PodTemplateSpec => found,
                         _ => json!({"spec": found}),
                     };
                     json!({"path": t.path, "template": template,
-                        "partial": t.completeness == modelgate::admission::Completeness::Partial})
+                        "partial": t.completeness == modelgate::kinds::Completeness::Partial})
                 })
                 .collect();
             out.push(json!({

@@ -15,7 +15,7 @@
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde_json::Value;
 
-use crate::admission::{Scope, WorkloadKinds};
+use crate::kinds::{Scope, WorkloadKinds};
 
 use super::AuditedKind;
 

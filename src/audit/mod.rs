@@ -22,10 +22,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::admission::{
-    self, Completeness, Context, Decision, DecodeError, KindEntry, Request, Shape, Webhook,
-    WorkloadKind, WorkloadKinds,
-};
+use crate::admission::{self, Context, Decision, DecodeError, Request, Webhook};
+use crate::kinds::{Completeness, KindEntry, Shape, WorkloadKind, WorkloadKinds};
 use crate::policy::Rule;
 pub use rules::{RuleResult, Status};
 
@@ -90,7 +88,7 @@ impl AuditedKind {
 
     /// Whether its objects live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, AuditedKind::Table(e) if e.scope == admission::Scope::Cluster)
+        !matches!(self, AuditedKind::Table(e) if e.scope == crate::kinds::Scope::Cluster)
     }
 
     /// The kind of an object, by its `apiVersion` and its `kind`.

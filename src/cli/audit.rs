@@ -15,13 +15,14 @@ use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use super::{CacheFiles, EXIT_USAGE, LoadedFiles};
-use crate::admission::{Context, WorkloadKinds};
+use crate::admission::Context;
 use crate::audit::output::reports::{self, ReportApi, Timestamp};
 use crate::audit::{self, Extracted, Report, cluster};
 use crate::cache::list as cache_list;
 use crate::cli::policy::PolicyArgs;
 use crate::config::{AbsentClaims, PolicyConfig};
 use crate::documents::for_each_document;
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::{Mode, NamespaceDocuments, Namespaces, is_namespace};
 use crate::policy::Caches;
 

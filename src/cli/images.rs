@@ -15,13 +15,14 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
 use super::EXIT_USAGE;
-use crate::admission::{Context, WorkloadKinds};
+use crate::admission::Context;
 use crate::audit::cluster;
 use crate::cli::policy::PolicyArgs;
 use crate::documents::for_each_document;
 use crate::duration::parse_duration;
 use crate::images::registry::{Credentials, Fetcher, Platform, Settings};
 use crate::images::{self, ExpectUser, Report};
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::{Mode, Namespaces};
 use crate::policy::Caches;
 

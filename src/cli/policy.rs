@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use crate::admission::WorkloadKinds;
 use crate::config::{
     AbsentClaims, CacheLayout, IdSetting, PodSecurityLevel, PolicyConfig, PrepMode, absolute_path,
     non_empty, parse_fsgroup, parse_gid_or_none, parse_init_container_user, parse_prep_host_path,
     parse_prep_volume_type, parse_uid_or_none, shell_safe_path,
 };
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::Mode;
 
 /// `--model-cache-prep` ([`PrepMode`]).

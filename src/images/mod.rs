@@ -16,8 +16,9 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::admission::{self, Context, Request, Webhook, WorkloadKinds};
+use crate::admission::{self, Context, Request, Webhook};
 use crate::audit::{self, Extracted};
+use crate::kinds::WorkloadKinds;
 
 /// The group part of an image's `User` (`1000:1000`, `1000:staff`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -20,8 +20,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admission::{PolicyResult, Summary, Webhook, WorkloadKind};
+use crate::admission::{PolicyResult, Summary, Webhook};
 use crate::cache::metrics::LookupCounters;
+use crate::kinds::WorkloadKind;
 use crate::namespaces::Mode;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -28,8 +28,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::admission::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind, WorkloadKinds};
 use crate::config::{MAX_ID, PREP_CONTAINER, PolicyConfig, PrepMode, normalise_absolute};
+use crate::kinds::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind, WorkloadKinds};
 use crate::namespaces::{MODE_LABEL, Mode, POD_SECURITY_ENFORCE_LABEL};
 use crate::policy::cache_prep;
 

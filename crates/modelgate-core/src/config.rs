@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::admission::WorkloadKinds;
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::Mode;
 
 /// Largest uid/gid Kubernetes accepts (`int32` max).

@@ -6,6 +6,8 @@
 //! - [`policy`]: the rules of docs/policy.md as pure functions over a decoded workload;
 //! - [`cache`]: KServe's model cache objects, their conversion into index entries, and the index
 //!   that answers lookups;
+//! - [`kinds`]: the kinds handled and the workload-kind table (where each kind keeps its pod
+//!   templates), read by `config` and `admission` alike;
 //! - [`namespaces`]: each namespace's rollout mode and Pod Security level;
 //! - [`backstop`]: the ValidatingAdmissionPolicy that holds the policy inside the API server;
 //! - [`admission`]: the wire format — decodes an AdmissionReview, dispatches by kind and
@@ -25,6 +27,7 @@ pub mod cache;
 pub mod config;
 pub mod exceptions;
 mod keyed;
+pub mod kinds;
 pub mod namespaces;
 mod patch;
 pub mod policy;

@@ -281,8 +281,8 @@ pub fn write_stream<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::WorkloadKinds;
     use crate::audit::AuditedKind;
+    use crate::kinds::WorkloadKinds;
 
     fn kind(name: &str) -> AuditedKind {
         static TABLE: std::sync::OnceLock<WorkloadKinds> = std::sync::OnceLock::new();

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::CacheIndex;
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::{MODE_LABEL, NamespaceLabels};
 use crate::policy::view::{self, ELEMENT_BYTES, MAX_STORED_OBJECT_BYTES, NAMED_ELEMENT_BYTES};
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
+use crate::kinds::WorkloadKinds;
 use crate::namespaces::{MODE_LABEL, NamespaceLabels};
 use crate::testing;
 

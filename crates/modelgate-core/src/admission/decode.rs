@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{Decision, DecodedObject, Summary, WorkloadKind};
+use super::{Decision, DecodedObject, Summary};
+use crate::kinds::WorkloadKind;
 use crate::policy::view::{self, JobView, PodView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

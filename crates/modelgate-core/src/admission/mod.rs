@@ -7,7 +7,6 @@
 
 mod decode;
 mod encode;
-mod kinds;
 mod mode;
 mod templates;
 
@@ -15,10 +14,6 @@ pub use templates::{TemplateAt, partial_findings, templates_of};
 
 pub use crate::policy::MAX_WARNING_LEN;
 pub use decode::{ApiVersion, DecodeError, Envelope, Request, create_review};
-pub use kinds::{
-    Completeness, DEFAULT_TABLE, KindEntry, Scope, Shape, Step, TableError, TemplatePath,
-    WorkloadKind, WorkloadKinds, split_api_version,
-};
 
 use decode::ObjectInput;
 pub use mode::PolicyResult;
@@ -30,6 +25,7 @@ use serde_json::value::RawValue;
 use crate::cache::Resolved;
 use crate::config::PolicyConfig;
 use crate::exceptions;
+use crate::kinds::WorkloadKind;
 use crate::namespaces::{Mode, Namespaces};
 use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, JobView, ObjectMetaView, PodTemplateOf, PodView};

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{CacheEntry, CacheIndex, CacheScope};
+use crate::kinds::split_api_version;
 use crate::namespaces::{MODE_LABEL, NamespaceLabels};
 use crate::testing;
 

@@ -17,9 +17,9 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::kinds::{Completeness, KindEntry, Shape, Step};
 use super::{Context, DECODE_ADVICE, Decision, MAX_WARNING_LEN, Request, Webhook, judge, mode};
 use crate::cache::CacheIndex;
+use crate::kinds::{Completeness, KindEntry, Shape, Step};
 use crate::namespaces::Mode;
 use crate::patch::{FieldPath, apply};
 use crate::policy::view::{self, ObjectMetaView, Str};

@@ -469,11 +469,11 @@ mod tests {
     /// two must be the same file.
     #[test]
     fn the_chart_s_copy_of_the_table_is_the_table() {
-        let chart = include_str!("../../../../charts/modelgate/files/workload-kinds.yaml");
+        let chart = include_str!("../../../charts/modelgate/files/workload-kinds.yaml");
         assert!(
             chart == DEFAULT_TABLE,
             "charts/modelgate/files/workload-kinds.yaml differs from \
-             crates/modelgate-core/src/admission/workload-kinds.yaml: copy it"
+             crates/modelgate-core/src/workload-kinds.yaml: copy it"
         );
     }
 

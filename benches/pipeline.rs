@@ -4,7 +4,7 @@
 //! the 20-container Pod's within 25 µs. Run with `cargo bench --bench pipeline`; figures go to
 //! docs/benchmarks.md ("Hot path").
 
-#[path = "../examples/support/deployment.rs"]
+#[path = "harnesses/support/deployment.rs"]
 mod deployment;
 
 use std::hint::black_box;

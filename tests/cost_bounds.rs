@@ -1,5 +1,5 @@
 //! Every admission costs time linear in its body (docs/policy.md §7), checked in instructions, not
-//! seconds: `examples/cost_probe.rs` builds each hostile shape at 16 KiB and at 64 KiB and
+//! seconds: `benches/harnesses/cost_probe.rs` builds each hostile shape at 16 KiB and at 64 KiB and
 //! answers it through `/mutate` and `/validate` under callgrind, whose counts are the same on a
 //! busy machine. Only the decisions are counted (callgrind's `--toggle-collect` on the one entry
 //! point, `admission::review`), not the probe building its review. Linear work grows 4× from one size to the other, quadratic work 16×; the bound

@@ -384,7 +384,7 @@ async fn memory_of_the_findings_bodies_benchmark() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     // MODELGATE_MEMORY_BENCH_SHAPES=shape:kind:webhook,…: the clients send these shapes of
-    // examples/cost_probe.rs (at about 7 MB) instead of the finding's bodies.
+    // benches/harnesses/cost_probe.rs (at about 7 MB) instead of the finding's bodies.
     let shapes = std::env::var("MODELGATE_MEMORY_BENCH_SHAPES").unwrap_or_default();
     let loop_bodies: Vec<(&'static str, Bytes)> = shapes
         .split(',')
@@ -441,7 +441,7 @@ async fn memory_of_the_findings_bodies_benchmark() {
     );
 }
 
-/// The hostile shapes of `examples/cost_probe.rs` at about 7 MB (the default `--max-body-bytes`
+/// The hostile shapes of `benches/harnesses/cost_probe.rs` at about 7 MB (the default `--max-body-bytes`
 /// is 7 MiB), each as a Pod and as a Deployment, each sent alone to `/mutate` and `/validate` of
 /// a fresh `serve` (`MODELGATE_MEMORY_BENCH_BIN`, else the debug build): its peak RSS above the
 /// warm one, and the slowest answer. Prints the figures of docs/benchmarks.md ("Hostile input").
@@ -534,7 +534,7 @@ fn probe() -> std::path::PathBuf {
         .join("examples/cost_probe")
 }
 
-/// A review of one of `examples/cost_probe.rs`'s shapes, about `bytes` long.
+/// A review of one of `benches/harnesses/cost_probe.rs`'s shapes, about `bytes` long.
 fn probe_body(shape: &str, bytes: usize, kind: &str) -> Bytes {
     let out = Command::new(probe())
         .args([shape, &bytes.to_string(), kind, "body"])

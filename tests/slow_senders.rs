@@ -638,7 +638,7 @@ where
     }
 }
 
-/// A hostile body of megabytes as the cost probe builds it (`examples/cost_probe.rs`, which
+/// A hostile body of megabytes as the cost probe builds it (`benches/harnesses/cost_probe.rs`, which
 /// `cargo test` builds beside this test).
 fn hostile_body(shape: &str, bytes: usize, kind: &str) -> Vec<u8> {
     let exe = std::env::current_exe().unwrap();

@@ -869,7 +869,7 @@ where
 /// rustls configuration from `tls`, the same hyper-util auto builder, timeouts, ALPN dispatch and
 /// graceful drain) until `stop` turns true; returns whether the drain finished in time.
 ///
-/// For benchmarks: `examples/loadgen.rs` runs its "floor" server (a router that answers without
+/// For benchmarks: `benches/harnesses/loadgen.rs` runs its "floor" server (a router that answers without
 /// the pipeline) through this, so that the only difference from `serve` is the handler.
 pub async fn serve_router(
     listener: TcpListener,

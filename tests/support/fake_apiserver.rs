@@ -203,7 +203,7 @@ impl FakeApiServer {
         *self.serving.lock().unwrap() = Some(task);
     }
 
-    /// The API server goes away (used by examples/fault_load.rs): the listener closes (connections are refused), open watches
+    /// The API server goes away (used by benches/harnesses/fault_load.rs): the listener closes (connections are refused), open watches
     /// end, and a request on a connection that is still open gets 503.
     #[allow(dead_code)]
     pub fn take_down(&self) {

@@ -25,7 +25,7 @@ mod view;
 mod keyed;
 // The review as the API server sends it, as the product's examples make it.
 #[allow(dead_code)]
-#[path = "../../../examples/support/compact_json.rs"]
+#[path = "../../harnesses/support/compact_json.rs"]
 mod compact_json;
 use compact_json::compact;
 

@@ -314,7 +314,7 @@ async fn open(scenario: &str, addr: SocketAddr, ca: &Path, body: &Bytes) -> anyh
 }
 
 // Raw HTTP/2, written as tests/hostile_clients.rs writes it.
-#[path = "../tests/support/h2_frames.rs"]
+#[path = "../../tests/support/h2_frames.rs"]
 mod frame;
 
 const STREAMS: u32 = 16;

@@ -23,7 +23,7 @@
 //! admission's answer is a `pvc-missing` miss from then on), three times; and the RSS and peak
 //! at the end.
 
-#[path = "../tests/support/fake_apiserver.rs"]
+#[path = "../../tests/support/fake_apiserver.rs"]
 #[allow(dead_code)]
 mod fake_apiserver;
 

@@ -17,7 +17,7 @@
 //! It prints requests sent, answered and failed, latency percentiles per window, the certificates
 //! the client saw, and the RSS of each instance at the start and end.
 
-#[path = "../tests/support/fake_apiserver.rs"]
+#[path = "../../tests/support/fake_apiserver.rs"]
 #[allow(dead_code)]
 mod fake_apiserver;
 

@@ -638,7 +638,8 @@ const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"]
 /// The `path: value` of every field §6 refuses, for the mutating (`all = false`, ranges only, a
 /// managed prep container excluded) or the validating endpoint (`all = true`). An
 /// ephemeral-container update judges the effective runAsNonRoot of the ephemeral containers
-/// only: the others are immutable and already run (docs/decisions.md).
+/// only: the others are immutable and already run
+/// (docs/decisions/0003-ephemeral-container-updates-judge-only-new-containers.md).
 fn violations(
     object: &Value,
     cfg: &PolicyConfig,

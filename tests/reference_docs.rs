@@ -14,7 +14,13 @@
 //!   columns; and every row must name a family one of the two exports. The fake API server
 //!   holds one `ModelgateException`, so that the families with a series per exception have one.
 //!
-//! A flag, variable, default, exit code or metric added without its row fails here, naming it.
+//! - `docs/annotations.md`: every `modelgate.io/` annotation or label key that a string literal of
+//!   `crates/modelgate-core/src` or `src` quotes (API versions such as `modelgate.io/v1alpha1`
+//!   aside) must have a row whose key column names it in backticks; every link of the page
+//!   reaches a page and a heading or anchor that exist.
+//!
+//! A flag, variable, default, exit code, metric or key added without its row fails here, naming
+//! it.
 
 mod common;
 mod support;
@@ -27,6 +33,7 @@ use support::fake_apiserver::{CACHES, EXCEPTIONS, FakeApiServer, NAMESPACE_CACHE
 
 const CLI_DOC: &str = "docs/cli.md";
 const METRICS_DOC: &str = "docs/operations.md";
+const ANNOTATIONS_DOC: &str = "docs/annotations.md";
 /// The section of docs/cli.md that holds the flags `serve`, `review`, `audit` and `backstop`
 /// share; a command's section takes them by linking to it.
 const POLICY_SECTION: &str = "Policy flags";
@@ -607,9 +614,10 @@ fn anchors(text: &str) -> BTreeSet<String> {
     out
 }
 
-#[test]
-fn every_link_of_the_cli_reference_reaches_its_anchor() {
-    let page = read_doc(CLI_DOC);
+/// Every link of `doc` (a page under `docs/`) that is not a URL reaches a page and, when it has
+/// a fragment, a heading or anchor of that page.
+fn link_problems(doc: &str) -> Vec<String> {
+    let page = read_doc(doc);
     let mut problems = Vec::new();
     for part in page.split("](").skip(1) {
         let Some((target, _)) = part.split_once(')') else {
@@ -620,22 +628,27 @@ fn every_link_of_the_cli_reference_reaches_its_anchor() {
             continue;
         }
         let path = if file.is_empty() {
-            CLI_DOC.to_string()
+            doc.to_string()
         } else {
             format!("docs/{file}")
         };
         let Ok(text) = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&path))
         else {
-            problems.push(format!("{CLI_DOC} links to {target}: no such page"));
+            problems.push(format!("{doc} links to {target}: no such page"));
             continue;
         };
         if !fragment.is_empty() && !anchors(&text).contains(fragment) {
             problems.push(format!(
-                "{CLI_DOC} links to {target}: {path} has no such heading or anchor"
+                "{doc} links to {target}: {path} has no such heading or anchor"
             ));
         }
     }
-    assert_no_problems("links", &problems);
+    problems
+}
+
+#[test]
+fn every_link_of_the_cli_reference_reaches_its_anchor() {
+    assert_no_problems("links", &link_problems(CLI_DOC));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -894,4 +907,130 @@ fn the_parsers_read_what_clap_and_the_pages_write() {
         BTreeSet::from(["result".to_string()])
     );
     assert!(f["h"].labels.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Annotations and labels
+
+/// The sources whose string literals name the `modelgate.io/` keys modelgate reads or writes.
+/// Test modules and fixtures are scanned too: they name only keys the code uses (checked when
+/// this test was written), and a key a test invents would be worth a row or a rename anyway.
+const KEY_SOURCES: [&str; 2] = ["crates/modelgate-core/src", "src"];
+const KEY_PREFIX: &str = "modelgate.io/";
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// An API group/version string (`modelgate.io/v1alpha1`, `v1beta2`, `v1`), not a key.
+fn is_api_version(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    if digits == 0 {
+        return false;
+    }
+    let rest = &rest[digits..];
+    rest.is_empty()
+        || ["alpha", "beta"].iter().any(|stage| {
+            rest.strip_prefix(stage)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+}
+
+/// The keys a text quotes as whole string literals: `"modelgate.io/<name>"` with `<name>` of
+/// `[a-z0-9-]+`, API versions aside. (`"modelgate.io/inject=enabled"` is a selector, not a
+/// literal of the key alone; the key is quoted on its own elsewhere.)
+fn quoted_keys(text: &str) -> BTreeSet<String> {
+    let needle = format!("\"{KEY_PREFIX}");
+    let mut out = BTreeSet::new();
+    for (at, _) in text.match_indices(&needle) {
+        let rest = &text[at + needle.len()..];
+        let len = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
+        let name = &rest[..len];
+        if !name.is_empty() && rest[len..].starts_with('"') && !is_api_version(name) {
+            out.insert(format!("{KEY_PREFIX}{name}"));
+        }
+    }
+    out
+}
+
+/// The keys docs/annotations.md has a row for: the code spans of each table row's first cell.
+fn documented_keys(page: &str) -> BTreeSet<String> {
+    tables(page)
+        .iter()
+        .filter(|t| t.header.first().is_some_and(|h| h == "key"))
+        .flat_map(|t| t.rows.iter())
+        .filter_map(|row| row.first())
+        .flat_map(|cell| code_spans(cell).into_iter().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn every_modelgate_key_the_code_names_is_in_the_annotations_reference() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in KEY_SOURCES {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut used: BTreeMap<String, String> = BTreeMap::new();
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for key in quoted_keys(&text) {
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(file)
+                .display()
+                .to_string();
+            used.entry(key).or_insert(shown);
+        }
+    }
+    assert!(
+        used.contains_key("modelgate.io/model-uri"),
+        "the scan found no key at all: {used:?}"
+    );
+    let documented = documented_keys(&read_doc(ANNOTATIONS_DOC));
+    let problems: Vec<String> = used
+        .iter()
+        .filter(|(key, _)| !documented.contains(*key))
+        .map(|(key, file)| format!("{key} (quoted in {file}) has no row in {ANNOTATIONS_DOC}"))
+        .collect();
+    assert_no_problems("annotation and label keys", &problems);
+}
+
+#[test]
+fn every_link_of_the_annotations_reference_reaches_its_anchor() {
+    assert_no_problems("links", &link_problems(ANNOTATIONS_DOC));
+}
+
+#[test]
+fn the_key_scanner_reads_literals_only() {
+    let text = r#"const A: &str = "modelgate.io/mode"; let v = "modelgate.io/v1alpha1";
+        let s = "modelgate.io/inject=enabled"; // modelgate.io/comment
+        json!({"modelgate.io/model-uri": "x", "modelgate.io/": 1, "a.modelgate.io/b": 2})"#;
+    assert_eq!(
+        quoted_keys(text),
+        BTreeSet::from(["modelgate.io/mode", "modelgate.io/model-uri"].map(String::from))
+    );
+    assert!(is_api_version("v1") && is_api_version("v2beta3") && !is_api_version("v1alpha"));
+    assert!(!is_api_version("vault") && !is_api_version("volume"));
+    let page = "| key | on |\n|---|---|\n| `modelgate.io/mode` | Namespace |\n\n\
+                | mode | x |\n|---|---|\n| `modelgate.io/not-a-row` | y |\n";
+    assert_eq!(
+        documented_keys(page),
+        BTreeSet::from(["modelgate.io/mode".to_string()])
+    );
 }

@@ -350,7 +350,8 @@ fn scalars_read_as_kubectl_reads_them() {
     assert_eq!(ours, theirs);
 }
 
-/// Where serde-saphyr resolves a plain scalar differently from go-yaml v2 (docs/decisions.md):
+/// Where serde-saphyr resolves a plain scalar differently from go-yaml v2
+/// (docs/decisions/0026-reading-yaml-as-kubectl-does.md):
 /// spellings no generator or manifest writer produces. Kept as a test so that a change on
 /// either side is noticed.
 #[test]

@@ -7,6 +7,7 @@
 pub use modelgate_core::cache::*;
 
 pub mod claims;
+pub mod exception_status;
 pub mod list;
 pub mod metrics;
 mod reflect;

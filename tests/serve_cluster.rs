@@ -577,3 +577,127 @@ async fn serve_judges_the_claim_under_the_cache_and_reads_one_its_watch_has_not_
         assert!(metrics.lines().any(|l| l == series), "{series}\n{metrics}");
     }
 }
+
+fn exception(ns: &str, name: &str, created: &str, expires: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
+        "spec": {"reason": "vendor image runs as root", "expires": expires,
+                 "rules": ["non-root"], "selector": {"matchLabels": {"app": name}},
+                 "images": ["registry.example/vendor@sha256:0123"]},
+    })
+}
+
+fn rfc3339(at: std::time::SystemTime) -> String {
+    let secs = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    k8s_openapi::jiff::Timestamp::from_second(secs as i64)
+        .unwrap()
+        .to_string()
+}
+
+/// `status` of the exception `ns/name` once it says `in_force`, within 15 s.
+async fn status_once(api: &FakeApiServer, ns: &str, name: &str, in_force: bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        last = api
+            .object(EXCEPTIONS, ns, name)
+            .map_or(Value::Null, |o| o["status"].clone());
+        if last["inForce"] == json!(in_force) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{ns}/{name}: status never had inForce {in_force}; last {last}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_writes_whether_each_exception_is_in_force_and_why_not() {
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
+    let open = json!({"modelgate.io/inject": "enabled", "modelgate.io/exceptions": "allowed"});
+    api.apply(NAMESPACES, namespace("team-a", open.clone()));
+    api.apply(
+        NAMESPACES,
+        namespace("team-b", json!({"modelgate.io/inject": "enabled"})),
+    );
+    let now = std::time::SystemTime::now();
+    let created = rfc3339(now - Duration::from_secs(60));
+    let later = rfc3339(now + Duration::from_secs(30 * 86_400));
+    // Expires in 8 s: in force, then expired without any change to the object.
+    let soon = rfc3339(now + Duration::from_secs(8));
+    api.apply(EXCEPTIONS, exception("team-a", "vendor", &created, &later));
+    api.apply(EXCEPTIONS, exception("team-a", "short", &created, &soon));
+    api.apply(EXCEPTIONS, exception("team-b", "vendor", &created, &later));
+    let pki = TestPki::new();
+    let server = serve_against(&api, &pki, &["--exception-status-interval=200ms"], &[]).await;
+
+    let in_force = status_once(&api, "team-a", "vendor", true).await;
+    assert_eq!(in_force["reason"], json!(format!("in force until {later}")));
+    let closed = status_once(&api, "team-b", "vendor", false).await;
+    assert!(
+        closed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("namespace team-b is not open for exceptions"),
+        "{closed}"
+    );
+    status_once(&api, "team-a", "short", true).await;
+    let short = status_once(&api, "team-a", "short", false).await;
+    assert_eq!(short["reason"], json!(format!("expired at {soon}")));
+
+    // Opening the namespace puts its exception in force, with no change to the exception.
+    api.apply(NAMESPACES, namespace("team-b", open));
+    status_once(&api, "team-b", "vendor", true).await;
+
+    // Only changes are written: three first statuses and two changes, however many intervals.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let writes = api.counts(EXCEPTIONS).status_patches;
+    assert_eq!(writes, 5, "status patches: {writes}");
+    let (_, scrape) = server.probe_get("/metrics").await.unwrap();
+    assert!(
+        scrape.contains("modelgate_exception_status_writes_total{result=\"written\"} 5"),
+        "{scrape}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exception_status_that_cannot_be_written_is_logged_once_and_admissions_go_on() {
+    let api = FakeApiServer::start(&[CACHES, NAMESPACE_CACHES, NODE_GROUPS, EXCEPTIONS]).await;
+    api.apply(
+        NAMESPACES,
+        namespace(
+            "team-a",
+            json!({"modelgate.io/inject": "enabled", "modelgate.io/exceptions": "allowed"}),
+        ),
+    );
+    let now = std::time::SystemTime::now();
+    let created = rfc3339(now - Duration::from_secs(60));
+    let later = rfc3339(now + Duration::from_secs(30 * 86_400));
+    api.apply(EXCEPTIONS, exception("team-a", "vendor", &created, &later));
+    api.forbid_status_patches(true);
+    let pki = TestPki::new();
+    let server = serve_against(&api, &pki, &["--exception-status-interval=100ms"], &[]).await;
+    let mut tries = 0;
+    for _ in 0..100 {
+        tries = api.counts(EXCEPTIONS).status_patches;
+        if tries >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(tries >= 3, "tried again every interval: {tries}");
+    let config = client_config(pki.ca.cert_pem(), Proto::H2, None);
+    let mut conn = connect(server.webhook, config, Proto::H2).await.unwrap();
+    let answer = conn
+        .post_json("/mutate", pod_review("u-1", "team-a"))
+        .await
+        .unwrap();
+    assert_eq!(answer.json()["response"]["allowed"], json!(true));
+    let logs = server.logs();
+    let logged = logs
+        .lines()
+        .filter(|l| l.contains("cannot write the ModelgateException's status"))
+        .count();
+    assert_eq!(logged, 1, "{logs}");
+    assert!(logs.contains("forbidden"), "{logs}");
+    api.forbid_status_patches(false);
+    status_once(&api, "team-a", "vendor", true).await;
+}

@@ -5,7 +5,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 
 use super::CacheIndex;
 use super::cluster::{Kind, Reading, build_index, convert, describe, object_key};
-use super::reflect::caps::{CacheLimits, Offer, Selection};
+use super::reflect::caps::{CacheLimits, Offer, Selection, cap_flags};
 
 /// The kind's objects in every namespace.
 pub(crate) fn api(kind: Kind, client: kube::Client) -> Api<DynamicObject> {
@@ -73,18 +73,25 @@ pub(crate) fn from_metadata(p: kube::core::PartialObjectMeta<DynamicObject>) -> 
 }
 
 /// Lists every kind once, in pages of 500, and merges `static_index` over them. Objects are
-/// converted and bounded as `serve`'s watch converts them, and the namespace caches capped as
-/// `serve` caps them by default (`--max-caches-per-namespace`, `--max-namespace-caches`).
+/// converted and bounded as `serve`'s watch converts them, and the namespace caches and
+/// exceptions capped as `serve` caps them by default (`--max-caches-per-namespace`,
+/// `--max-namespace-caches`, `--max-exceptions-per-namespace`, `--max-exceptions`).
 pub async fn list_once(
     client: kube::Client,
     static_index: &CacheIndex,
 ) -> Result<Listed, ClusterCacheError> {
     let mut objects = Vec::new();
     let mut notes = Vec::new();
-    let mut selection = Selection::new(CacheLimits::default());
-    let mut namespace_caches = std::collections::HashMap::new();
-    let mut over_cap = 0;
+    let mut over_cap = Vec::new();
     for kind in Kind::ALL {
+        let mut selection = cap_flags(kind).map(|_| {
+            Selection::new(match kind {
+                Kind::Exception => CacheLimits::DEFAULT_EXCEPTIONS,
+                _ => CacheLimits::default(),
+            })
+        });
+        let mut capped = std::collections::HashMap::new();
+        let mut ignored = 0;
         let api = api(kind, client.clone());
         let mut params = ListParams::default().limit(500);
         loop {
@@ -103,22 +110,22 @@ pub async fn list_once(
                     .creation_timestamp
                     .as_ref()
                     .map_or(i64::MAX, |t| t.0.as_second());
-                match convert(kind, obj) {
-                    Ok(c) if kind == Kind::NamespaceCache => match selection.offer(&key, created) {
+                match (convert(kind, obj), &mut selection) {
+                    (Ok(c), Some(selection)) => match selection.offer(&key, created) {
                         Offer::Kept => {
-                            namespace_caches.insert(key, c);
+                            capped.insert(key, c);
                         }
                         Offer::Admitted { displaced } => {
                             for (d, _) in displaced {
-                                namespace_caches.remove(&d);
-                                over_cap += 1;
+                                capped.remove(&d);
+                                ignored += 1;
                             }
-                            namespace_caches.insert(key, c);
+                            capped.insert(key, c);
                         }
-                        Offer::Refused(_) => over_cap += 1,
+                        Offer::Refused(_) => ignored += 1,
                     },
-                    Ok(c) => objects.push(c),
-                    Err(why) => notes.push(format!("{} skipped: {why}", describe(kind, &key))),
+                    (Ok(c), None) => objects.push(c),
+                    (Err(why), _) => notes.push(format!("{} skipped: {why}", describe(kind, &key))),
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -126,14 +133,15 @@ pub async fn list_once(
                 None => break,
             }
         }
+        objects.extend(capped.into_values());
+        if let (Some((per_namespace, total)), true) = (cap_flags(kind), ignored > 0) {
+            over_cap.push(format!(
+                "{ignored} {kind} objects ignored past the caps (the newest past {per_namespace} \
+                 or {total}, as serve's defaults)"
+            ));
+        }
     }
-    objects.extend(namespace_caches.into_values());
-    if over_cap > 0 {
-        notes.push(format!(
-            "{over_cap} LocalModelNamespaceCache objects ignored past the caps (the newest \
-             past --max-caches-per-namespace or --max-namespace-caches, as serve's defaults)"
-        ));
-    }
+    notes.extend(over_cap);
     Ok(Listed {
         index: build_index(static_index, &objects),
         notes,

@@ -21,7 +21,7 @@ use super::cluster::{
 };
 use super::{CacheMetrics, MAX_NODE_GROUPS, SkipReason};
 use crate::reflector::{Objects, Rules};
-use caps::{CacheLimits, Offer, Selection};
+use caps::{CacheLimits, Offer, Selection, cap_flags};
 
 impl Objects for KindObjects {
     type Key = ObjectKey;
@@ -219,15 +219,19 @@ impl KindShared {
     /// Counts an object ignored past a cap; warns once per namespace (and once for the total).
     fn over_cap(&self, key: &ObjectKey, reason: SkipReason) {
         self.metrics.skipped(self.kind, reason, 1);
+        let Some((per_namespace_flag, total_flag)) = cap_flags(self.kind) else {
+            return;
+        };
         let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
         let limits = self.limits;
+        let kind = self.kind;
         let ns = &key.0;
         match reason {
             SkipReason::OverTotalCap if !warned.total => {
                 warned.total = true;
                 warn!(
-                    "more than --max-namespace-caches={} LocalModelNamespaceCache objects in all \
-                     namespaces: the newest are ignored (this is logged once; \
+                    "more than {total_flag}={} {kind} objects in all namespaces: the newest are \
+                     ignored (this is logged once; \
                      modelgate_cache_skipped_total{{reason=\"over-total-cap\"}} counts them)",
                     limits.total
                 );
@@ -237,17 +241,15 @@ impl KindShared {
                     warned.namespaces.insert(ns.clone());
                     warn!(
                         namespace = %ns,
-                        "more than --max-caches-per-namespace={} LocalModelNamespaceCache objects \
-                         in namespace {ns}: the newest are ignored (logged once per namespace; \
+                        "more than {per_namespace_flag}={} {kind} objects in namespace {ns}: \
+                         the newest are ignored (logged once per namespace; \
                          modelgate_cache_skipped_total{{reason=\"over-namespace-cap\"}} counts \
                          them)",
                         limits.per_namespace
                     );
                 } else if !warned.more {
                     warned.more = true;
-                    warn!(
-                        "more namespaces reached --max-caches-per-namespace; not logged one by one"
-                    );
+                    warn!("more namespaces reached {per_namespace_flag}; not logged one by one");
                 }
             }
             _ => {}
@@ -285,9 +287,9 @@ impl KindShared {
 /// stream (which starts with a list) gets a new one.
 pub(crate) struct Preparer {
     shared: Arc<KindShared>,
-    /// Namespace caches: the caps.
+    /// The capped kinds (namespace caches, exceptions): the caps.
     selection: Option<Selection>,
-    /// Namespace caches: the objects of a list in progress that the caps keep so far (those
+    /// The capped kinds: the objects of a list in progress that the caps keep so far (those
     /// they displace are dropped before the list is handed on, complete, at its end).
     listing: Option<std::collections::HashMap<ObjectKey, Arc<Converted>>>,
     /// When to end the stream so that the kind relists (a place was freed that an ignored
@@ -297,8 +299,7 @@ pub(crate) struct Preparer {
 
 impl Preparer {
     pub(crate) fn new(shared: Arc<KindShared>) -> Self {
-        let selection =
-            (shared.kind == Kind::NamespaceCache).then(|| Selection::new(shared.limits));
+        let selection = cap_flags(shared.kind).map(|_| Selection::new(shared.limits));
         Preparer {
             shared,
             selection,
@@ -832,5 +833,43 @@ mod tests {
         );
         assert_eq!(w.names(), ["team-a/a-1", "team-a/a-2", "team-c/c-0"]);
         assert_eq!(w.preparer.relist_at(), None);
+    }
+
+    /// An exception created at `created` (seconds after a fixed day).
+    fn exception(ns: &str, name: &str, created: i64) -> DynamicObject {
+        let at = k8s_openapi::jiff::Timestamp::from_second(1_790_000_000 + created).unwrap();
+        serde_json::from_value(json!({
+            "apiVersion": "modelgate.io/v1alpha1", "kind": "ModelgateException",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": at.to_string()},
+            "spec": {"reason": "vendor image", "expires": "2030-01-01T00:00:00Z",
+                     "rules": ["non-root"], "selector": {"matchLabels": {"app": name}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_newest_exceptions_past_a_cap_are_ignored() {
+        let limits = CacheLimits {
+            per_namespace: 2,
+            total: 3,
+        };
+        let mut w = Watch::with_limits(Kind::Exception, limits);
+        let listed = w.list([
+            exception("team-a", "e-1", 30),
+            exception("team-a", "e-2", 10),
+            exception("team-a", "e-3", 40),
+            exception("team-b", "e-1", 50),
+        ]);
+        assert!(
+            matches!(listed, Applied::Listed { kept: 3, .. }),
+            "{listed:?}"
+        );
+        assert_eq!(w.names(), ["team-a/e-1", "team-a/e-2", "team-b/e-1"]);
+        assert_eq!(w.skipped("over-namespace-cap"), 1);
+        assert_eq!(
+            w.apply(Event::Apply(exception("team-c", "e-1", 60))),
+            Applied::Nothing
+        );
+        assert_eq!(w.skipped("over-total-cap"), 1);
     }
 }

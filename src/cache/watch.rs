@@ -89,6 +89,27 @@ pub struct ClusterCacheArgs {
           default_value_t = CacheLimits::DEFAULT_TOTAL,
           value_parser = parse_cap)]
     pub max_namespace_caches: usize,
+
+    /// The most ModelgateException objects kept per namespace: past it, the newest are
+    /// ignored (counted in modelgate_cache_skipped_total, warned once per namespace). Every
+    /// admission in a namespace reads that namespace's exceptions.
+    #[arg(long, env = "MODELGATE_MAX_EXCEPTIONS_PER_NAMESPACE",
+          default_value_t = CacheLimits::DEFAULT_EXCEPTIONS.per_namespace,
+          value_parser = parse_cap)]
+    pub max_exceptions_per_namespace: usize,
+
+    /// The most ModelgateException objects kept over all namespaces: past it, the newest are
+    /// ignored (counted, warned once).
+    #[arg(long, env = "MODELGATE_MAX_EXCEPTIONS",
+          default_value_t = CacheLimits::DEFAULT_EXCEPTIONS.total,
+          value_parser = parse_cap)]
+    pub max_exceptions: usize,
+
+    /// How often each ModelgateException's status (in force, or why not) is compared with what
+    /// it should be and written where it differs (e.g. 10s, 1m); 0 writes none.
+    #[arg(long, env = "MODELGATE_EXCEPTION_STATUS_INTERVAL", default_value = "10s",
+          value_parser = parse_sync_timeout)]
+    pub exception_status_interval: Duration,
 }
 
 /// A cap: a whole number from 1 to 10 000 000.
@@ -105,6 +126,10 @@ impl ClusterCacheArgs {
             sync_timeout: self.cache_sync_timeout,
             watch_metrics,
             limits: self.limits(),
+            exception_limits: CacheLimits {
+                per_namespace: self.max_exceptions_per_namespace,
+                total: self.max_exceptions,
+            },
             ..CacheWatchConfig::default()
         }
     }
@@ -214,6 +239,8 @@ pub struct CacheWatchConfig {
     pub watch_metrics: WatchMetrics,
     /// The caps on namespace caches (`--max-caches-per-namespace`, `--max-namespace-caches`).
     pub limits: CacheLimits,
+    /// The caps on exceptions (`--max-exceptions-per-namespace`, `--max-exceptions`).
+    pub exception_limits: CacheLimits,
     /// The shortest time between two relists that look for the namespace caches a deletion
     /// made room for (objects ignored past a cap are not held, so a list finds them).
     pub cap_relist_interval: Duration,
@@ -228,6 +255,7 @@ impl Default for CacheWatchConfig {
             watch_timeout: None,
             watch_metrics: WatchMetrics::default(),
             limits: CacheLimits::default(),
+            exception_limits: CacheLimits::DEFAULT_EXCEPTIONS,
             cap_relist_interval: Duration::from_secs(30),
         }
     }
@@ -659,10 +687,14 @@ async fn watch_kind(
     metrics: CacheMetrics,
     config: CacheWatchConfig,
 ) {
+    let limits = match kind {
+        Kind::Exception => config.exception_limits,
+        _ => config.limits,
+    };
     let kind_shared = Arc::new(KindShared::new(
         kind,
         metrics.clone(),
-        config.limits,
+        limits,
         config.cap_relist_interval,
     ));
     let watched = KindWatch {

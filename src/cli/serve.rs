@@ -13,6 +13,7 @@ use clap::{Args, ValueEnum};
 use super::certs;
 use super::{CacheFiles, EXIT_USAGE};
 use crate::cache::claims::ClaimReader;
+use crate::cache::exception_status::{self, Sources, StatusWriter, StatusWriterConfig};
 use crate::cache::{CacheMetrics, ClusterCacheArgs, Kind, WatchMetrics};
 use crate::cli::policy::PolicyArgs;
 use crate::config::AbsentClaims;
@@ -291,6 +292,31 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
             },
         ))
     };
+    // Each exception's status, written where the cluster's objects are (docs/exceptions.md).
+    let status_writer = match (&namespace_watch, args.cluster.exception_status_interval) {
+        (Some(watch), interval) if !interval.is_zero() => {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot write the exceptions' status (use --no-cluster to run without)")
+                .map_err(StartError::Runtime)?;
+            let listed = watch.listed();
+            let store = caches.store.clone();
+            Some(StatusWriter::spawn(
+                client,
+                Sources {
+                    caches: caches.store.clone(),
+                    namespaces: namespace_store.clone(),
+                    ready: Box::new(move || store.is_synced() && listed()),
+                },
+                StatusWriterConfig {
+                    interval,
+                    max_days: args.policy.max_exception_days,
+                },
+                exception_status::register(metrics.registry_mut()),
+            ))
+        }
+        _ => None,
+    };
     // Without a cluster the files' Namespaces are the whole truth, known from the start.
     let namespaces_ready: crate::server::CachesReady = match &namespace_watch {
         Some(watch) => Box::new(watch.listed()),
@@ -356,6 +382,7 @@ async fn serve(args: ServeArgs) -> Result<(), StartError> {
         );
     }
     let result = server.run(signals).await.map_err(StartError::Runtime);
+    drop(status_writer);
     drop(caches);
     drop(namespace_watch);
     result

@@ -329,8 +329,9 @@ def rbac(path, ns: str) -> None:
         ("", ("persistentvolumeclaims",)): ["get", "list", "watch"],
         ("", ("nodes",)): ["list", "watch"],
         ("", ("namespaces",)): ["list", "watch"],
-        # Exceptions (docs/exceptions.md): watched, never written.
+        # Exceptions (docs/exceptions.md): watched; only their status is written.
         ("modelgate.io", ("modelgateexceptions",)): ["list", "watch"],
+        ("modelgate.io", ("modelgateexceptions/status",)): ["patch"],
     }
     seen = set()
     for r in cr["rules"]:

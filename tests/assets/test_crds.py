@@ -144,7 +144,7 @@ def exception_schema(assets: Assets) -> dict:
     assert spec["names"]["shortNames"] == ["mgex"]
     [v] = spec["versions"]
     assert v["name"] == "v1alpha1" and v["served"] and v["storage"]
-    assert [c["name"] for c in v["additionalPrinterColumns"]] == ["Rules", "Expires", "Age"]
+    assert [c["name"] for c in v["additionalPrinterColumns"]] == ["Rules", "Expires", "In force", "Why", "Age"]
     schema = v["schema"]["openAPIV3Schema"]
     structural(schema)
     return schema

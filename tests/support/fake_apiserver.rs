@@ -24,6 +24,9 @@
 //!   selector in pages, delete; writes in a namespace can be forbidden, one report refused, a
 //!   CRD left uninstalled, and every request is recorded. See [`Reports`].
 //!
+//! - `PATCH …/<plural>/<name>/status` with a JSON merge patch: the object's `status` merged, a
+//!   `MODIFIED` event; counted, and refusable (403) as RBAC without the subresource answers.
+//!
 //! Tests drive it: install CRDs, apply and delete objects, drop or expire watches, compact the
 //! history, make lists fail, and count requests.
 
@@ -102,6 +105,8 @@ pub struct Counts {
     pub gets: usize,
     /// Lists and watches that asked for metadata only.
     pub metadata_only: usize,
+    /// Merge patches of the `status` subresource.
+    pub status_patches: usize,
 }
 
 struct Inner {
@@ -119,6 +124,8 @@ struct Inner {
     down: bool,
     workloads: Workloads,
     reports: Reports,
+    /// `status` patches are refused with 403 (a ClusterRole without the subresource).
+    forbid_status_patches: bool,
 }
 
 #[derive(Clone)]
@@ -181,6 +188,7 @@ impl FakeApiServer {
             down: false,
             workloads: Workloads::default(),
             reports: Reports::default(),
+            forbid_status_patches: false,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -255,6 +263,22 @@ impl FakeApiServer {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap()
+    }
+
+    /// Refuses (403) every patch of a `status` subresource from now on.
+    #[allow(dead_code)]
+    pub fn forbid_status_patches(&self, on: bool) {
+        self.lock().forbid_status_patches = on;
+    }
+
+    /// The stored object, as a GET returns it.
+    #[allow(dead_code)]
+    pub fn object(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let inner = self.lock();
+        let r = inner.resources.get(plural)?;
+        r.objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     pub fn install(&self, plural: &str) {
@@ -493,6 +517,70 @@ fn get_one(inner: &mut Inner, path: &str) -> Option<Response> {
     })
 }
 
+/// `PATCH …/namespaces/<ns>/<plural>/<name>/status` with a JSON merge patch: the object's
+/// `status` merged (RFC 7386, the rest of the body ignored as the real server ignores it on
+/// this subresource), a new resourceVersion and a `MODIFIED` event.
+fn patch_status(
+    inner: &mut Inner,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    let (api_version, rest) = api_path(path)?;
+    let ["namespaces", ns, plural, name, "status"] = rest.split('/').collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    inner
+        .counts
+        .entry(plural.to_string())
+        .or_default()
+        .status_patches += 1;
+    if inner.forbid_status_patches {
+        let message = format!(
+            "{plural}.{api_version} \"{name}\" is forbidden: User \"fake\" cannot patch resource \
+             \"{plural}/status\" in the namespace \"{ns}\""
+        );
+        return Some(json_response(403, &status(403, "Forbidden", &message)));
+    }
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim());
+    if media != Some("application/merge-patch+json") {
+        return Some(json_response(
+            415,
+            &status(
+                415,
+                "UnsupportedMediaType",
+                "this fake takes merge patches only",
+            ),
+        ));
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        return Some(json_response(400, &status(400, "BadRequest", "not JSON")));
+    };
+    inner.revision += 1;
+    let rv = inner.revision;
+    let r = inner
+        .resources
+        .get_mut(plural)
+        .filter(|r| r.installed && r.api_version == api_version)?;
+    let Some(object) = r.objects.get_mut(&(ns.to_string(), name.to_string())) else {
+        return Some(json_response(
+            404,
+            &status(404, "NotFound", &format!("{plural} \"{name}\" not found")),
+        ));
+    };
+    let mut merged = object.get("status").cloned().unwrap_or(json!({}));
+    json_patch::merge(&mut merged, &patch["status"]);
+    object["status"] = merged;
+    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let object = object.clone();
+    r.history.push((rv, "MODIFIED", object.clone()));
+    inner.broadcast(plural, "MODIFIED", &object);
+    Some(json_response(200, &object))
+}
+
 /// An object as a metadata-only request sees it.
 fn metadata_only(object: &Value) -> Value {
     json!({
@@ -546,6 +634,11 @@ async fn handle(
     }
     if method == Method::GET
         && let Some(answer) = get_one(inner, uri.path())
+    {
+        return answer;
+    }
+    if method == Method::PATCH
+        && let Some(answer) = patch_status(inner, uri.path(), &headers, &body)
     {
         return answer;
     }

@@ -235,6 +235,31 @@ pub struct Exception {
     pub containers: Option<Box<[Box<str>]>>,
     /// `spec.images`: `None` for any image.
     pub images: Option<Box<[Box<str>]>>,
+    /// `status` as the object holds it (`serve` writes it), when it has a well-formed one.
+    pub status: Option<Status>,
+}
+
+/// An exception's `status`: whether it is in force, and why (not). `serve` writes it; the
+/// decisions never read it (they decide by [`Exception::in_force`] at the moment of use).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub in_force: bool,
+    pub reason: Box<str>,
+}
+
+impl Status {
+    /// `status` of an object, if it has a well-formed one.
+    pub fn from_object(status: Option<&Value>) -> Option<Status> {
+        let status = status?;
+        Some(Status {
+            in_force: status.get("inForce")?.as_bool()?,
+            reason: status.get("reason")?.as_str()?.into(),
+        })
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"inForce": self.in_force, "reason": &*self.reason})
+    }
 }
 
 /// Why an exception that matches is not in force.
@@ -291,6 +316,36 @@ impl Exception {
         named && imaged
     }
 
+    /// What its `status` says at `now` (Unix seconds) under a limit of `max_days`, its
+    /// namespace `open` for exceptions or not (docs/exceptions.md, "Status"). The object's own
+    /// limits first: an expired exception stays expired whatever its namespace.
+    pub fn status_at(&self, open: bool, now: i64, max_days: u32) -> Status {
+        let (in_force, reason) = match self.in_force(now, max_days) {
+            Err(NotInForce::Expired) => (false, format!("expired at {}", self.expires_text)),
+            Err(NotInForce::TooLong) => (
+                false,
+                format!(
+                    "never in force: spec.expires ({}) is more than {max_days} days after its \
+                     creation (--max-exception-days)",
+                    self.expires_text
+                ),
+            ),
+            _ if !open => (
+                false,
+                format!(
+                    "not in force: namespace {} is not open for exceptions (it lacks the label \
+                     {NAMESPACE_LABEL}: {ALLOWED})",
+                    self.namespace
+                ),
+            ),
+            _ => (true, format!("in force until {}", self.expires_text)),
+        };
+        Status {
+            in_force,
+            reason: reason.into(),
+        }
+    }
+
     /// `ns/name`.
     pub fn describe(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -310,12 +365,16 @@ impl Exception {
                 format!("metadata.creationTimestamp {t:?} is not an RFC 3339 time")
             })?),
         };
-        Exception::from_parts(
+        let exception = Exception::from_parts(
             meta("name"),
             meta("namespace"),
             created,
             value.get("spec").unwrap_or(&Value::Null),
-        )
+        )?;
+        Ok(Exception {
+            status: Status::from_object(value.get("status")),
+            ..exception
+        })
     }
 
     /// [`Exception::from_object`] from the object's parts.
@@ -480,6 +539,7 @@ fn check_spec(spec: &Value) -> Checked {
         selector,
         containers,
         images,
+        status: None,
     });
     Checked {
         spec,

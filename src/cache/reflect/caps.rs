@@ -1,5 +1,7 @@
-//! The caps on `LocalModelNamespaceCache` objects: per namespace (`--max-caches-per-namespace`)
-//! and over all namespaces (`--max-namespace-caches`). The caches kept are the oldest: walking
+//! The caps on the kinds tenants create in their own namespaces, per namespace and over all
+//! namespaces: `LocalModelNamespaceCache` (`--max-caches-per-namespace`,
+//! `--max-namespace-caches`) and `ModelgateException` (`--max-exceptions-per-namespace`,
+//! `--max-exceptions`). The objects kept are the oldest: walking
 //! every namespace cache from the oldest (`metadata.creationTimestamp`, then namespace, then
 //! name), one is kept when its namespace and the total are both below their caps. The newest
 //! excess is ignored: never converted into the index, never held by the watch, counted.
@@ -17,9 +19,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::super::SkipReason;
-use super::super::cluster::ObjectKey;
+use super::super::cluster::{Kind, ObjectKey};
 
-/// The caps, as the flags set them.
+/// The capped kinds, with the flags that set their caps (per namespace, total).
+pub(crate) fn cap_flags(kind: Kind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        Kind::NamespaceCache => Some(("--max-caches-per-namespace", "--max-namespace-caches")),
+        Kind::Exception => Some(("--max-exceptions-per-namespace", "--max-exceptions")),
+        _ => None,
+    }
+}
+
+/// The caps of one kind, as the flags set them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheLimits {
     /// `--max-caches-per-namespace`.
@@ -31,6 +42,12 @@ pub struct CacheLimits {
 impl CacheLimits {
     pub const DEFAULT_PER_NAMESPACE: usize = 1_000;
     pub const DEFAULT_TOTAL: usize = 20_000;
+    /// `ModelgateException`s: a handful per namespace is the use, and every admission in a
+    /// namespace reads all of that namespace's exceptions (docs/exceptions.md, "Bounds").
+    pub const DEFAULT_EXCEPTIONS: CacheLimits = CacheLimits {
+        per_namespace: 100,
+        total: 10_000,
+    };
 }
 
 impl Default for CacheLimits {

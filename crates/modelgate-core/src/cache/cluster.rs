@@ -417,6 +417,10 @@ pub fn convert_bounded(
                 spec,
             )
             .map_err(Rejected::unusable)?;
+            let exception = crate::exceptions::Exception {
+                status: crate::exceptions::Status::from_object(obj.data.get("status")),
+                ..exception
+            };
             return Ok((Converted::Exception(Arc::new(exception)), trimmed));
         }
         Kind::Node => {

@@ -177,3 +177,70 @@ fn selectors_and_images_match_as_kubernetes_and_the_patterns_say() {
     assert!(e.covers("any", Some("docker.io/library/nginx@sha256:abc")));
     assert!(!e.covers("any", None));
 }
+
+#[test]
+fn the_status_says_whether_it_is_in_force_and_why_not() {
+    let e = exception(spec(), Some("2026-12-01T00:00:00Z"));
+    let t = |s: &str| parse_time(s).unwrap();
+    let at = |open, now: &str| e.status_at(open, t(now), 90);
+    assert_eq!(
+        at(true, "2027-01-01T00:00:00Z"),
+        Status {
+            in_force: true,
+            reason: "in force until 2027-01-01T00:00:00Z".into()
+        }
+    );
+    let closed = at(false, "2027-01-01T00:00:00Z");
+    assert!(!closed.in_force);
+    assert!(
+        closed.reason.contains("namespace team-a is not open")
+            && closed.reason.contains("modelgate.io/exceptions: allowed"),
+        "{closed:?}"
+    );
+    // Its own limits first, whatever the namespace.
+    for open in [true, false] {
+        let expired = at(open, "2027-01-01T00:00:01Z");
+        assert_eq!(
+            (expired.in_force, &*expired.reason),
+            (false, "expired at 2027-01-01T00:00:00Z")
+        );
+    }
+    let too_long = exception(spec(), Some("2026-06-01T00:00:00Z")).status_at(
+        true,
+        t("2026-12-01T00:00:00Z"),
+        90,
+    );
+    assert!(
+        !too_long.in_force
+            && too_long
+                .reason
+                .contains("more than 90 days after its creation"),
+        "{too_long:?}"
+    );
+}
+
+#[test]
+fn the_status_an_object_holds_is_read_when_well_formed() {
+    let object = |status: Value| {
+        json!({"metadata": {"name": "vendor-root", "namespace": "team-a"},
+               "spec": spec(), "status": status})
+    };
+    let read = |status| Exception::from_object(&object(status)).unwrap().status;
+    assert_eq!(
+        read(json!({"inForce": false, "reason": "expired at x"})),
+        Some(Status {
+            in_force: false,
+            reason: "expired at x".into()
+        })
+    );
+    assert_eq!(read(json!({"inForce": "yes", "reason": "r"})), None);
+    assert_eq!(read(json!({})), None);
+    assert_eq!(
+        Status::from_object(Some(&read_back())).map(|s| s.to_json()),
+        Some(read_back())
+    );
+}
+
+fn read_back() -> Value {
+    json!({"inForce": true, "reason": "in force until 2027-01-01T00:00:00Z"})
+}

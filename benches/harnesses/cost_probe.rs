@@ -137,6 +137,17 @@ const SHAPES: &[(&str, Inflate)] = &[
             .collect();
         pod["spec"]["containers"] = Value::Array(containers);
     }),
+    ("exception-covered-containers", |pod, n| {
+        // Root containers of a pod that the namespace's exceptions cover (`main` gives this
+        // shape a namespace open for exceptions holding as many as `serve` keeps): each
+        // container is looked up in every exception's names and images, and the waived ones
+        // again by every rule that reads the waivers.
+        pod["metadata"]["labels"]["app"] = json!("vendor");
+        let containers: Vec<Value> = (0..n / 80)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox", "securityContext": {"runAsUser": 0}}))
+            .collect();
+        pod["spec"]["containers"] = Value::Array(containers);
+    }),
     ("long-strings", |pod, n| {
         pod["metadata"]["generateName"] = json!("g".repeat(n / 3));
         pod["spec"]["containers"][0]["name"] = json!("c".repeat(n / 3));
@@ -145,6 +156,38 @@ const SHAPES: &[(&str, Inflate)] = &[
 ];
 
 const DEEP_MARKER: &str = "cost-probe-deep-nesting";
+
+/// The clock of the `exception-` shapes: within every exception's life.
+const EXCEPTIONS_NOW: i64 = 1_790_000_000;
+
+/// `team-a` opened for exceptions, holding as many as `serve` keeps in a namespace by default,
+/// each covering the shape's pods: 64 container names (the most a spec may list) and an image
+/// pattern.
+fn open_with_exceptions(
+    index: &mut modelgate::cache::CacheIndex,
+    namespaces: &mut modelgate::namespaces::Namespaces,
+) {
+    let labels = std::collections::BTreeMap::from([(
+        modelgate::exceptions::NAMESPACE_LABEL.to_string(),
+        modelgate::exceptions::ALLOWED.to_string(),
+    )]);
+    namespaces.set(
+        "team-a",
+        modelgate::namespaces::NamespaceLabels::from_labels(&labels),
+    );
+    let names: Vec<String> = (0..64).map(|i| format!("c{}", i * 7)).collect();
+    for i in 0..100 {
+        let object = json!({
+            "metadata": {"name": format!("vendor-{i}"), "namespace": "team-a",
+                         "creationTimestamp": "2026-09-01T00:00:00Z"},
+            "spec": {"reason": "vendor image", "expires": "2026-11-01T00:00:00Z",
+                     "rules": ["non-root"], "selector": {"matchLabels": {"app": "vendor"}},
+                     "containers": names, "images": ["busy*"]},
+        });
+        let exception = modelgate::exceptions::Exception::from_object(&object).expect("exception");
+        index.upsert_exception(std::sync::Arc::new(exception));
+    }
+}
 
 fn set_uri(pod: &mut Value, uri: String) {
     pod["metadata"]["annotations"]["modelgate.io/model-uri"] = Value::String(uri);
@@ -216,13 +259,18 @@ fn main() {
         println!("{body}");
         return;
     }
-    let (index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
+    let (mut index, _) = modelgate::cache::load_files(&[dir.join("caches.json")]).expect("caches");
+    let mut namespaces = modelgate::namespaces::Namespaces::default();
+    let now = shape.starts_with("exception-").then(|| {
+        open_with_exceptions(&mut index, &mut namespaces);
+        EXCEPTIONS_NOW
+    });
     let config = PolicyConfig::default();
     let ctx = Context {
         config: &config,
         caches: Caches::Ready(&index),
-        namespaces: modelgate::namespaces::Namespaces::none(),
-        now: None,
+        namespaces: &namespaces,
+        now,
     };
     // Each decision timed alone, on this one thread: the review's construction above is not
     // the server's cost.

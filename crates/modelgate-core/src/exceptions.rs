@@ -231,7 +231,8 @@ pub struct Exception {
     pub expires_text: Box<str>,
     pub rules: Box<[Waivable]>,
     pub selector: Selector,
-    /// `spec.containers`: `None` for all.
+    /// `spec.containers`, sorted and without duplicates (each container's question is a
+    /// binary search): `None` for all.
     pub containers: Option<Box<[Box<str>]>>,
     /// `spec.images`: `None` for any image.
     pub images: Option<Box<[Box<str>]>>,
@@ -308,7 +309,7 @@ impl Exception {
         let named = self
             .containers
             .as_ref()
-            .is_none_or(|c| c.iter().any(|n| **n == *name));
+            .is_none_or(|c| c.binary_search_by(|n| (**n).cmp(name)).is_ok());
         let imaged = match &self.images {
             None => true,
             Some(patterns) => image.is_some_and(|i| patterns.iter().any(|p| image_matches(p, i))),
@@ -508,7 +509,12 @@ fn check_spec(spec: &Value) -> Checked {
                 .collect::<Box<[_]>>(),
         )
     };
-    let containers = list("spec.containers", &input.containers, &mut problems);
+    let containers = list("spec.containers", &input.containers, &mut problems).map(|names| {
+        let mut names = names.into_vec();
+        names.sort_unstable();
+        names.dedup();
+        names.into_boxed_slice()
+    });
     let images = list("spec.images", &input.images, &mut problems);
     for (i, p) in input.images.iter().flatten().enumerate() {
         if p.trim_end_matches('*').contains('*') || p.matches('*').count() > 1 {

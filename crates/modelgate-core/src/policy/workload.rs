@@ -115,32 +115,37 @@ impl<'a> Workload<'a> {
                 return out;
             }
             let containers = self.containers();
-            for e in self.exceptions.matching(self.labels) {
-                let mut used = false;
-                if e.waives(Waivable::NonRoot) {
-                    for c in &containers {
-                        // Never the prep's name (only the canonical prep may have it), and an
-                        // ephemeral container only when the exception names it.
-                        let eligible = c.name != PREP_CONTAINER
-                            && (c.list != ContainerList::Ephemeral || e.containers.is_some());
-                        if eligible && e.covers(c.name, c.image) {
-                            used = true;
-                            out.non_root.push((c.list, c.index));
-                        }
+            let matching: Vec<&'a Exception> = self.exceptions.matching(self.labels).collect();
+            let mut used = vec![false; matching.len()];
+            // Each container once, whatever number of exceptions cover it: the list the
+            // rules search holds at most one entry per container.
+            for c in &containers {
+                let mut covered = false;
+                for (e, used) in matching.iter().zip(used.iter_mut()) {
+                    // Never the prep's name (only the canonical prep may have it), and an
+                    // ephemeral container only when the exception names it.
+                    let eligible = c.name != PREP_CONTAINER
+                        && (c.list != ContainerList::Ephemeral || e.containers.is_some());
+                    if e.waives(Waivable::NonRoot) && eligible && e.covers(c.name, c.image) {
+                        *used = true;
+                        covered = true;
                     }
                 }
+                if covered {
+                    out.non_root.push((c.list, c.index));
+                }
+            }
+            for (e, used) in matching.into_iter().zip(used) {
                 if e.waives(Waivable::CachePrep) {
-                    used = true;
                     out.cache_prep.get_or_insert(&e.name[..]);
                 }
-                if used {
+                if used || e.waives(Waivable::CachePrep) {
                     out.used.push(e);
                 }
             }
             // Sorted once, so that each container's question is a binary search: a pod of
             // 50 000 containers an exception covers costs C log C, never C².
             out.non_root.sort_unstable();
-            out.non_root.dedup();
             out
         })
     }

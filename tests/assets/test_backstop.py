@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k8s import load, of_kind, one, policy_flags
+from k8s import load, of_kind, one, policy_flags, selector_matches
 from tools import NS, Assets, run
 
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -120,21 +120,65 @@ def test_the_charts_objects_pass_the_schema_strictly(assets: Assets) -> None:
     assets.validate(path)
 
 
+def hooks_of(path: Path) -> list[dict]:
+    return [h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for c in of_kind(load(str(path)), kind) for h in c["webhooks"]]
+
+
 def test_the_backstop_makes_ignore_the_webhooks_default(assets: Assets) -> None:
     def policies(path: Path) -> list[str]:
-        hooks = [
-            h
-            for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-            for c in of_kind(load(str(path)), kind)
-            for h in c["webhooks"]
-        ]
-        return sorted({h["failurePolicy"] for h in hooks})
+        return sorted({h["failurePolicy"] for h in hooks_of(path)})
 
     assert policies(assets.render("no-backstop")) == ["Fail"]
     assert not [d for d in load(str(assets.render("no-backstop"))) if d["kind"] in KINDS]
-    assert policies(assets.render("backstop-defaults", "--set", "backstop.enabled=true")) == ["Ignore"]
+    # Ignore where the backstop is bound or nothing blocks; Fail where it cannot be bound (the
+    # namespaces opened for exceptions, below).
+    assert policies(assets.render("backstop-defaults", "--set", "backstop.enabled=true")) == ["Fail", "Ignore"]
     explicit = assets.render("backstop-fail", "--set", "backstop.enabled=true,failurePolicy=Fail")
     assert policies(explicit) == ["Fail"]
+    assert len(hooks_of(explicit)) == 3, "an explicit failurePolicy: one entry per webhook"
+
+
+HOOKS = ("mutate", "validate", "validate-controllers")
+SCOPES = ("", "-exceptions", "-exceptions-nonblocking", "-exceptions-unlabelled")
+
+
+@pytest.mark.parametrize("default_mode", ["enforce", "warn", "audit"])
+def test_with_the_backstop_the_webhooks_fail_open_only_where_an_outage_lets_no_root_pod_in(assets: Assets, default_mode: str) -> None:
+    """Over a table of namespace labels: every opted-in namespace is selected by exactly one
+    entry of each webhook; its failurePolicy is Ignore where the backstop's binding selects the
+    namespace or its mode never blocks, and Fail only in the enforce namespaces opened for
+    exceptions, which the binding leaves out (docs/exceptions.md, "During an outage")."""
+    path = assets.render(f"backstop-scopes-{default_mode}", "--set", f"backstop.enabled=true,defaultMode={default_mode}")
+    hooks = hooks_of(path)
+    binding = one(load(str(path)), "ValidatingAdmissionPolicyBinding")["spec"]["matchResources"]["namespaceSelector"]
+    names = {h["name"] for h in hooks}
+    assert names <= {f"{hook}{scope}.modelgate.io" for hook in HOOKS for scope in SCOPES}, names
+    fails = 0
+    for opted_in in (True, False):
+        for mode in (None, "enforce", "warn", "audit", "off", "strict"):
+            for exceptions in (None, "allowed", "closed"):
+                labels = {"kubernetes.io/metadata.name": "team-a"}
+                if opted_in:
+                    labels["modelgate.io/inject"] = "enabled"
+                if mode:
+                    labels["modelgate.io/mode"] = mode
+                if exceptions:
+                    labels["modelgate.io/exceptions"] = exceptions
+                effective = mode or default_mode
+                blocks = effective not in ("warn", "audit", "off")
+                bound = selector_matches(binding, labels)
+                assert bound == (opted_in and blocks and exceptions != "allowed"), (labels, binding)
+                for hook in HOOKS:
+                    selecting = [h for h in hooks if h["name"].startswith(hook + ".") or h["name"].startswith(hook + "-e")]
+                    selecting = [h for h in selecting if selector_matches(h["namespaceSelector"], labels)]
+                    if not opted_in:
+                        assert not selecting, (hook, labels)
+                        continue
+                    assert len(selecting) == 1, (hook, labels, [h["name"] for h in selecting])
+                    want = "Fail" if blocks and not bound else "Ignore"
+                    assert selecting[0]["failurePolicy"] == want, (hook, labels, selecting[0]["name"])
+                    fails += want == "Fail"
+    assert fails == 3 * (3 if default_mode == "enforce" else 2), fails
 
 
 def test_auto_installs_the_backstop_where_the_cluster_serves_it(assets: Assets) -> None:
@@ -144,7 +188,7 @@ def test_auto_installs_the_backstop_where_the_cluster_serves_it(assets: Assets) 
     served = load(str(assets.render("backstop-auto-served", "--api-versions", vap)))
     assert sorted(d["kind"] for d in served if d["kind"] in KINDS) == sorted(KINDS)
     hooks = [h for d in served if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
-    assert {h["failurePolicy"] for h in hooks} == {"Ignore"}
+    assert {h["failurePolicy"] for h in hooks if "-exceptions." not in h["name"]} == {"Ignore"}
     assert not [d for d in load(str(assets.render("no-backstop"))) if d["kind"] in KINDS]
     off = load(str(assets.render("backstop-off-served", "--api-versions", vap, "--set", "backstop.enabled=false")))
     assert not [d for d in off if d["kind"] in KINDS]

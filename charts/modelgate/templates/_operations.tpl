@@ -13,6 +13,52 @@ else Ignore when the backstop holds the policy inside the API server and Fail wh
 {{- $hook.failurePolicy | default .root.Values.failurePolicy | default $default -}}
 {{- end -}}
 
+{{/*
+The namespaces one webhook ("mutate" or "validate") is registered for, each scope an entry of its
+own with its failurePolicy, as a JSON list of {suffix, failurePolicy, expressions}: expressions
+are added to the namespaceSelector, suffix to the entry's name.
+With the backstop on and no failurePolicy of the operator's, the webhook may fail open only
+where an outage cannot let a root pod in (docs/operations.md, "failurePolicy × the backstop"):
+- Ignore in the namespaces not opened for exceptions: in enforce the backstop is bound there, in
+  warn, audit and off nothing blocks;
+- Fail in the enforce namespaces opened for exceptions (modelgate.io/exceptions: allowed), which
+  the backstop leaves out because it cannot see exceptions (docs/exceptions.md);
+- Ignore in the opened namespaces that never block: a warn, audit or off mode label, or none
+  when defaultMode is not enforce.
+Otherwise one scope: every opted-in namespace, with the failurePolicy of modelgate.failurePolicy.
+*/}}
+{{- define "modelgate.webhookScopes" -}}
+{{- $hook := index .root.Values.webhooks .hook -}}
+{{- $explicit := $hook.failurePolicy | default .root.Values.failurePolicy -}}
+{{- if or $explicit (ne (include "modelgate.backstopEnabled" .root) "true") -}}
+{{- list (dict "suffix" "" "failurePolicy" (include "modelgate.failurePolicy" .) "expressions" (list)) | toJson -}}
+{{- else -}}
+{{- $opened := dict "key" "modelgate.io/exceptions" "operator" "In" "values" (list "allowed") -}}
+{{- $notOpened := dict "key" "modelgate.io/exceptions" "operator" "NotIn" "values" (list "allowed") -}}
+{{- $nonBlocking := list "warn" "audit" "off" -}}
+{{- $enforce := list (dict "key" "modelgate.io/mode" "operator" "NotIn" "values" $nonBlocking) -}}
+{{- if ne .root.Values.defaultMode "enforce" -}}
+{{- $enforce = prepend $enforce (dict "key" "modelgate.io/mode" "operator" "Exists") -}}
+{{- end -}}
+{{- $scopes := list
+  (dict "suffix" "" "failurePolicy" "Ignore" "expressions" (list $notOpened))
+  (dict "suffix" "-exceptions" "failurePolicy" "Fail" "expressions" (prepend $enforce $opened))
+  (dict "suffix" "-exceptions-nonblocking" "failurePolicy" "Ignore" "expressions" (list $opened (dict "key" "modelgate.io/mode" "operator" "In" "values" $nonBlocking)))
+-}}
+{{- if ne .root.Values.defaultMode "enforce" -}}
+{{- $scopes = append $scopes (dict "suffix" "-exceptions-unlabelled" "failurePolicy" "Ignore" "expressions" (list $opened (dict "key" "modelgate.io/mode" "operator" "DoesNotExist"))) -}}
+{{- end -}}
+{{- $scopes | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaceSelector of one scope of modelgate.webhookScopes: the webhooks' own, and the scope's expressions. */}}
+{{- define "modelgate.scopedNamespaceSelector" -}}
+{{- $selector := include "modelgate.namespaceSelector" .root | fromYaml -}}
+{{- $_ := set $selector "matchExpressions" (concat $selector.matchExpressions .scope.expressions) -}}
+{{- toYaml $selector -}}
+{{- end -}}
+
 {{/* timeoutSeconds of one webhook: its own value (1..30), else the chart-wide one. */}}
 {{- define "modelgate.timeoutSeconds" -}}
 {{- $hook := index .root.Values.webhooks .hook -}}

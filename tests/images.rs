@@ -1,9 +1,8 @@
-//! `modelgate images` against a real OCI registry on loopback: Debian's `docker-registry`
-//! package (the CNCF distribution registry), which scripts/install-tools.sh puts in
-//! `.tools/bin`. Each test starts its own registries (a free port, a temporary storage
-//! directory, a config file) and pushes images it builds itself with oci-client: config blobs
-//! with each kind of `User`, an index with two platforms whose Users differ, and a private
-//! registry behind basic auth (an htpasswd file of bcrypt hashes). What no real registry does
+//! `modelgate images` against a real OCI registry on loopback (tests/support/registry.rs: Debian's
+//! `docker-registry`, the CNCF distribution registry, started per test). The tests push images
+//! they build themselves: config blobs with each kind of `User`, an index with two platforms
+//! whose Users differ, and a private registry behind basic auth, read with a config.json or,
+//! from the (fake) cluster, with the workloads' pull secrets. What no real registry does
 //! (never answering, an index too large, a manifest too big) is played by small servers here.
 //!
 //! Without the registry binary the tests say so and pass, except under
@@ -11,242 +10,20 @@
 
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "support/registry.rs"]
+mod registry_support;
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use oci_client::client::{
-    Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
-};
-use oci_client::manifest::{OciImageIndex, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use serde_json::{Value, json};
 
 use cli::{Run, assert_exit, modelgate};
-
-/// The registry binary, or `None` after [`cli::missing`] said so.
-fn registry_binary() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("MODELGATE_TOOLS_DIR")
-            .map(|d| PathBuf::from(d).join("bin/docker-registry")),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/docker-registry")),
-    ];
-    let found = candidates.into_iter().flatten().find(|p| p.is_file());
-    if found.is_none() {
-        cli::missing("docker-registry (the distribution registry; scripts/install-tools.sh)");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A distribution registry on 127.0.0.1, killed when dropped.
-struct Registry {
-    child: Child,
-    host: String,
-    _dir: tempfile::TempDir,
-    auth: RegistryAuth,
-    /// The CA of its certificate, when it serves HTTPS.
-    ca_pem: Option<String>,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Registry {
-    /// Starts a registry over plain HTTP; with `user`, behind basic auth for that user and
-    /// password.
-    fn start(binary: &Path, user: Option<(&str, &str)>) -> Registry {
-        Registry::start_with(binary, user, false)
-    }
-
-    /// Starts a registry; `tls`: over HTTPS, with a certificate for 127.0.0.1 from a CA of
-    /// its own.
-    fn start_with(binary: &Path, user: Option<(&str, &str)>, tls: bool) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let mut tls_section = String::new();
-        let mut ca_pem = None;
-        if tls {
-            let ca = modelgate::cli::certs::Authority::new("images test CA", 1).unwrap();
-            let issued = ca.issue_server(&["127.0.0.1".to_string()], 1).unwrap();
-            let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-            std::fs::write(&cert, &issued.cert_pem).unwrap();
-            std::fs::write(&key, &issued.key_pem).unwrap();
-            tls_section = format!(
-                "  tls:\n    certificate: {}\n    key: {}\n",
-                cert.display(),
-                key.display()
-            );
-            ca_pem = Some(ca.cert_pem().to_string());
-        }
-        let port = free_port();
-        let mut auth_section = String::new();
-        let mut auth = RegistryAuth::Anonymous;
-        if let Some((name, password)) = user {
-            let hash = bcrypt::hash(password, 4).unwrap();
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd, format!("{name}:{hash}\n")).unwrap();
-            auth_section = format!(
-                "auth:\n  htpasswd:\n    realm: modelgate-test\n    path: {}\n",
-                htpasswd.display()
-            );
-            auth = RegistryAuth::Basic(name.to_string(), password.to_string());
-        }
-        let config = format!(
-            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
-             storage:\n  filesystem:\n    rootdirectory: {}\n\
-             http:\n  addr: 127.0.0.1:{port}\n  secret: modelgate-test\n{tls_section}{auth_section}",
-            dir.path().join("data").display()
-        );
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry starts");
-        let host = format!("127.0.0.1:{port}");
-        let mut registry = Registry {
-            child,
-            host,
-            _dir: dir,
-            auth,
-            ca_pem,
-        };
-        registry.wait_ready();
-        registry
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(&self.host) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                // Over TLS, any bytes back (an alert) say it listens.
-                let _ = s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n");
-                let mut head = [0u8; 7];
-                if s.read_exact(&mut head).is_ok()
-                    && (self.ca_pem.is_some() || head.starts_with(b"HTTP/1."))
-                {
-                    return;
-                }
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("docker-registry exited: {status}");
-            }
-            assert!(Instant::now() < deadline, "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn client(&self) -> Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = match &self.ca_pem {
-            Some(pem) => ClientConfig {
-                extra_root_certificates: vec![Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.as_bytes().to_vec(),
-                }],
-                ..ClientConfig::default()
-            },
-            None => ClientConfig {
-                protocol: ClientProtocol::Http,
-                ..ClientConfig::default()
-            },
-        };
-        Client::try_from(config).unwrap()
-    }
-
-    fn reference(&self, name: &str) -> Reference {
-        format!("{}/{name}", self.host).parse().unwrap()
-    }
-
-    /// Pushes an image whose config has `user` (none: no `User`) for `arch`; its manifest's
-    /// digest and size.
-    fn push(&self, name: &str, user: Option<&str>, arch: &str) -> (String, usize) {
-        let mut config = json!({
-            "architecture": arch,
-            "os": "linux",
-            "config": {"Env": ["PATH=/usr/bin"]},
-            "rootfs": {"type": "layers", "diff_ids": ["sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"]},
-        });
-        if let Some(u) = user {
-            config["config"]["User"] = json!(u);
-        }
-        let config = Config::oci_v1(serde_json::to_vec(&config).unwrap(), None);
-        let layers = vec![ImageLayer::oci_v1_gzip(
-            format!("layer of {name} for {arch}").into_bytes(),
-            None,
-        )];
-        let manifest = OciImageManifest::build(&layers, &config, None);
-        let reference = self.reference(name);
-        let runtime = runtime();
-        runtime.block_on(async {
-            let client = self.client();
-            client
-                .push(&reference, &layers, config, &self.auth, Some(manifest))
-                .await
-                .expect("push");
-            let (body, digest) = client
-                .pull_manifest_raw(
-                    &reference,
-                    &self.auth,
-                    &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE],
-                )
-                .await
-                .expect("pull back");
-            (digest, body.len())
-        })
-    }
-
-    /// Pushes an index of `entries` (arch, manifest digest, size) as `name`.
-    fn push_index(&self, name: &str, entries: &[(&str, String, usize)]) {
-        let index: OciImageIndex = serde_json::from_value(json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": entries.iter().map(|(arch, digest, size)| json!({
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": digest,
-                "size": size,
-                "platform": {"architecture": arch, "os": "linux"},
-            })).collect::<Vec<_>>(),
-        }))
-        .unwrap();
-        let reference = self.reference(name);
-        runtime().block_on(async {
-            self.client()
-                .push_manifest_list(&reference, &self.auth, index)
-                .await
-                .expect("push the index");
-        });
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use registry_support::{Registry, registry_binary};
 
 /// A Deployment with one container per image, and no securityContext.
 fn deployment(name: &str, images: &[&str]) -> Value {
@@ -715,6 +492,392 @@ fn the_workloads_of_the_cluster_are_read_with_list_calls() {
     let file = workloads(dir.path(), &[deployment("a", &[&served])]);
     let run = images(&["--from-cluster", &file]);
     assert_exit(&run, 2);
+    drop(api);
+    drop(rt);
+}
+
+/// A pull secret of `kind` (`kubernetes.io/dockerconfigjson`) whose `key` holds `text`.
+fn pull_secret(name: &str, kind: &str, key: &str, text: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "team-a"},
+        "type": kind,
+        "data": {key: base64::engine::general_purpose::STANDARD.encode(text)},
+    })
+}
+
+/// `{"auths": {host: {"auth": base64(user:password)}}}`.
+fn docker_config(host: &str, user_password: &str) -> String {
+    let auth = base64::engine::general_purpose::STANDARD.encode(user_password);
+    json!({"auths": {host: {"auth": auth}}}).to_string()
+}
+
+/// A fake cluster whose namespace team-a holds pull secrets, ServiceAccounts and workloads
+/// that run `image`, a private image behind basic auth for `host` (and the runtime its tasks
+/// run on, which must outlive it).
+fn cluster_with_pull_secrets(
+    host: &str,
+    image: &str,
+) -> (
+    support::fake_apiserver::FakeApiServer,
+    tokio::runtime::Runtime,
+) {
+    use support::fake_apiserver::{FakeApiServer, SECRETS, SERVICE_ACCOUNTS};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = rt.block_on(FakeApiServer::start(&[]));
+    // The new format, the old one (no `auths`), a malformed one; `absent` is named, not there.
+    api.apply(
+        SECRETS,
+        pull_secret(
+            "regcred",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &docker_config(host, "ci:s3cret"),
+        ),
+    );
+    let old = json!({host: {"username": "ci", "password": "s3cret"}}).to_string();
+    api.apply(
+        SECRETS,
+        pull_secret("oldcfg", "kubernetes.io/dockercfg", ".dockercfg", &old),
+    );
+    api.apply(
+        SECRETS,
+        pull_secret(
+            "broken",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            "{\"auths\": ",
+        ),
+    );
+    api.apply(
+        SERVICE_ACCOUNTS,
+        json!({"metadata": {"name": "builder", "namespace": "team-a"},
+               "imagePullSecrets": [{"name": "regcred"}]}),
+    );
+    api.apply(
+        SERVICE_ACCOUNTS,
+        json!({"metadata": {"name": "default", "namespace": "team-a"}}),
+    );
+    // Kept from the reader: a secret and a ServiceAccount it may not get.
+    api.apply(
+        SECRETS,
+        pull_secret(
+            "locked",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &docker_config(host, "ci:s3cret"),
+        ),
+    );
+    api.forbid_get(SECRETS, "team-a", "locked");
+    api.apply(
+        SERVICE_ACCOUNTS,
+        json!({"metadata": {"name": "secretive", "namespace": "team-a"},
+               "imagePullSecrets": [{"name": "regcred"}]}),
+    );
+    api.forbid_get(SERVICE_ACCOUNTS, "team-a", "secretive");
+    let with = |name: &str, spec: Value| {
+        let mut d = deployment(name, &[image]);
+        for (k, v) in spec.as_object().unwrap() {
+            d["spec"]["template"]["spec"][k] = v.clone();
+        }
+        d
+    };
+    let secrets =
+        |names: &[&str]| json!(names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>());
+    for d in [
+        with(
+            "with-secret",
+            json!({"imagePullSecrets": secrets(&["regcred"])}),
+        ),
+        with(
+            "old-format",
+            json!({"imagePullSecrets": secrets(&["oldcfg"])}),
+        ),
+        with("via-sa", json!({"serviceAccountName": "builder"})),
+        with("without", json!({})),
+        with("broken", json!({"imagePullSecrets": secrets(&["broken"])})),
+        with("missing", json!({"imagePullSecrets": secrets(&["absent"])})),
+        with(
+            "forbidden",
+            json!({"imagePullSecrets": secrets(&["locked"])}),
+        ),
+        with("sa-forbidden", json!({"serviceAccountName": "secretive"})),
+        // Its own secrets win: the ServiceAccount's are not added to them.
+        with(
+            "own-wins",
+            json!({"imagePullSecrets": secrets(&["absent"]), "serviceAccountName": "builder"}),
+        ),
+    ] {
+        api.add_workload("deployments", d);
+    }
+    // A Pod went through the ServiceAccount admission plugin already: what it names is all.
+    api.add_workload(
+        "pods",
+        json!({
+            "metadata": {"name": "bare-pod", "namespace": "team-a"},
+            "spec": {"serviceAccountName": "builder",
+                     "containers": [{"name": "c0", "image": image}]},
+        }),
+    );
+    (api, rt)
+}
+
+/// `modelgate <args>` with the kubeconfig of `api`.
+fn against(api: &support::fake_apiserver::FakeApiServer, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let mut cmd = cli::command(args);
+    cmd.env("KUBECONFIG", &kubeconfig);
+    cli::run(cmd, None)
+}
+
+/// `images --from-cluster` against [`cluster_with_pull_secrets`] with `flags`: the run, and the
+/// server (for its counts).
+fn images_of_the_cluster(
+    host: &str,
+    image: &str,
+    flags: &[&str],
+) -> (
+    Run,
+    support::fake_apiserver::FakeApiServer,
+    tokio::runtime::Runtime,
+) {
+    let (api, rt) = cluster_with_pull_secrets(host, image);
+    let mut args = vec!["images", "--from-cluster", "--insecure-registry", host];
+    args.extend_from_slice(flags);
+    (against(&api, &args), api, rt)
+}
+
+fn container_of<'a>(report: &'a Value, workload: &str) -> &'a Value {
+    report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == workload)
+        .unwrap_or_else(|| panic!("no container of {workload} in {report:#}"))
+}
+
+fn finding<'a>(report: &'a Value, object: &str) -> Vec<&'a Value> {
+    report["pull_secret_findings"]
+        .as_array()
+        .map(|f| f.iter().filter(|f| f["object"] == object).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn each_workload_reads_its_images_with_its_own_pull_secrets() {
+    let Some(bin) = registry_binary() else { return };
+    let registry = Registry::start(&bin, Some(("ci", "s3cret")));
+    registry.push("private:1", Some("1000:1000"), "amd64");
+    let private = format!("{}/private:1", registry.host);
+    let (run, api, _rt) = images_of_the_cluster(&registry.host, &private, &["-o", "json"]);
+    assert_exit(&run, 0);
+    let report = json_of(&run);
+    // The workloads whose credentials the kubelet would have read it; the others not.
+    for (workload, via) in [
+        ("with-secret", "pull secret team-a/regcred"),
+        ("old-format", "pull secret team-a/oldcfg"),
+        ("via-sa", "pull secret team-a/regcred"),
+    ] {
+        let c = container_of(&report, workload);
+        assert_eq!(c["image_user"]["written"], "1000:1000", "{c:#}");
+        assert_eq!(c["read_with"], via, "{c:#}");
+    }
+    assert_eq!(
+        container_of(&report, "via-sa")["pull_secrets"],
+        json!(["team-a/regcred"])
+    );
+    for workload in [
+        "without",
+        "broken",
+        "missing",
+        "own-wins",
+        "bare-pod",
+        "forbidden",
+        "sa-forbidden",
+    ] {
+        let c = container_of(&report, workload);
+        assert!(c["image_user"].is_null(), "{c:#}");
+        let e = c["image_error"].as_str().unwrap_or_else(|| panic!("{c:#}"));
+        assert!(e.contains("Not authorized"), "{e}");
+        assert_eq!(c["read_with"], "anonymous", "{c:#}");
+    }
+    // The unusable secrets are findings naming them and the workload, never a failure.
+    let broken = finding(&report, "secret team-a/broken");
+    assert_eq!(broken.len(), 1, "{report:#}");
+    assert_eq!(broken[0]["workload"], "Deployment team-a/broken");
+    assert!(
+        broken[0]["problem"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed .dockerconfigjson"),
+        "{report:#}"
+    );
+    let absent = finding(&report, "secret team-a/absent");
+    let workloads: Vec<&Value> = absent.iter().map(|f| &f["workload"]).collect();
+    assert_eq!(
+        workloads,
+        [
+            &json!("Deployment team-a/missing"),
+            &json!("Deployment team-a/own-wins")
+        ]
+    );
+    assert!(absent[0]["problem"].as_str().unwrap().contains("not found"));
+    // Each Secret and ServiceAccount asked for once, whoever names it; the ServiceAccount of
+    // a template that names secrets, and of a Pod, not at all.
+    assert_eq!(
+        api.counts("secrets").gets,
+        5,
+        "regcred, oldcfg, broken, absent, locked"
+    );
+    assert_eq!(
+        api.counts("serviceaccounts").gets,
+        3,
+        "builder, default, secretive"
+    );
+    // What may not be read is a finding that says which permission is missing.
+    let locked = finding(&report, "secret team-a/locked");
+    assert_eq!(locked.len(), 1, "{report:#}");
+    let p = locked[0]["problem"].as_str().unwrap();
+    assert!(
+        p.contains("Forbidden (403)") && p.contains("get on secrets"),
+        "{p}"
+    );
+    let sa = finding(&report, "serviceaccount team-a/secretive");
+    assert_eq!(sa.len(), 1, "{report:#}");
+    assert_eq!(sa[0]["workload"], "Deployment team-a/sa-forbidden");
+    assert!(
+        sa[0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("get on serviceaccounts"),
+        "{report:#}"
+    );
+    // No credential in the output.
+    let b64 = base64::engine::general_purpose::STANDARD.encode("ci:s3cret");
+    for text in [&run.stdout, &run.stderr] {
+        assert!(!text.contains("s3cret") && !text.contains(&b64), "{text}");
+    }
+    // The table names them too, with the credentials each image was read with.
+    let (run, _api, _rt) = images_of_the_cluster(&registry.host, &private, &[]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout
+            .contains("pull secret: secret team-a/broken (Deployment team-a/broken): malformed"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("READ WITH"), "{}", run.stdout);
+    assert!(!run.stdout.contains("s3cret") && !run.stdout.contains(&b64));
+}
+
+#[test]
+fn pull_secrets_come_before_the_registry_config_as_the_kubelet_tries_them() {
+    let Some(bin) = registry_binary() else { return };
+    let registry = Registry::start(&bin, Some(("ci", "s3cret")));
+    registry.push("private:1", Some("1000:1000"), "amd64");
+    let private = format!("{}/private:1", registry.host);
+    let dir = tempfile::tempdir().unwrap();
+    // The node's credentials (--registry-config) are right: every workload reads the image,
+    // those with a pull secret with it (tried first), the others with the config's.
+    let right = dir.path().join("right.json");
+    std::fs::write(&right, docker_config(&registry.host, "ci:s3cret")).unwrap();
+    let (run, _api, _rt) = images_of_the_cluster(
+        &registry.host,
+        &private,
+        &["--registry-config", right.to_str().unwrap(), "-o", "json"],
+    );
+    assert_exit(&run, 0);
+    let report = json_of(&run);
+    assert_eq!(
+        container_of(&report, "with-secret")["read_with"],
+        "pull secret team-a/regcred"
+    );
+    for workload in ["without", "broken", "missing"] {
+        let c = container_of(&report, workload);
+        assert_eq!(c["read_with"], "--registry-config", "{c:#}");
+        assert_eq!(c["image_user"]["written"], "1000:1000", "{c:#}");
+    }
+    // Wrong ones: the pull secret still reads it; without one, the error says what was tried.
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(&wrong, docker_config(&registry.host, "ci:wrong")).unwrap();
+    let (run, _api, _rt) = images_of_the_cluster(
+        &registry.host,
+        &private,
+        &["--registry-config", wrong.to_str().unwrap(), "-o", "json"],
+    );
+    assert_exit(&run, 0);
+    let report = json_of(&run);
+    assert_eq!(
+        container_of(&report, "via-sa")["image_user"]["written"],
+        "1000:1000"
+    );
+    let c = container_of(&report, "without");
+    assert_eq!(c["read_with"], "--registry-config", "{c:#}");
+    assert!(
+        c["image_error"]
+            .as_str()
+            .unwrap()
+            .contains("with --registry-config"),
+        "{c:#}"
+    );
+}
+
+#[test]
+fn an_image_read_anonymously_is_not_read_again_with_credentials() {
+    let Some(bin) = registry_binary() else { return };
+    // A public registry: it takes any credentials, and none.
+    let registry = Registry::start(&bin, None);
+    registry.push("pub:1", Some("1000:1000"), "amd64");
+    let public = format!("{}/pub:1", registry.host);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = rt.block_on(support::fake_apiserver::FakeApiServer::start(&[]));
+    api.apply(
+        support::fake_apiserver::SECRETS,
+        pull_secret(
+            "pubcred",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &docker_config(&registry.host, "someone:pw"),
+        ),
+    );
+    let mut with = deployment("with-secret", &[&public]);
+    with["spec"]["template"]["spec"]["imagePullSecrets"] = json!([{"name": "pubcred"}]);
+    api.add_workload("deployments", with);
+    api.add_workload("deployments", deployment("anonymous", &[&public]));
+    let run = against(
+        &api,
+        &[
+            "images",
+            "--from-cluster",
+            "--insecure-registry",
+            &registry.host,
+            "-o",
+            "json",
+        ],
+    );
+    assert_exit(&run, 0);
+    let report = json_of(&run);
+    // One read, anonymous, given to both; one row.
+    assert_eq!(report["images"].as_array().unwrap().len(), 1, "{report:#}");
+    assert_eq!(report["images"][0]["read_with"], "anonymous");
+    assert_eq!(report["images"][0]["containers"], 2);
+    assert_eq!(
+        container_of(&report, "with-secret")["read_with"],
+        "anonymous"
+    );
+    assert_eq!(
+        container_of(&report, "with-secret")["pull_secrets"],
+        json!(["team-a/pubcred"])
+    );
     drop(api);
     drop(rt);
 }
@@ -1226,4 +1389,246 @@ fn the_admission_path_has_no_registry_client() {
     }
     let core = std::fs::read_to_string(root.join("crates/modelgate-core/Cargo.toml")).unwrap();
     assert!(!core.contains("oci-client") && !core.contains("reqwest"));
+}
+
+// --- audit --images -------------------------------------------------------------------------
+
+/// A listener that counts the connections made to it, for as long as it lives.
+fn counting() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    std::thread::spawn(move || {
+        for _ in listener.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (host, seen)
+}
+
+/// The documents of a YAML stream.
+fn documents(text: &str) -> Vec<Value> {
+    modelgate::documents::read_documents("stdout", text)
+        .unwrap_or_else(|e| panic!("{e}: {text}"))
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+/// The `image-user` result of the report of Deployment `name`, and the report's summary.
+fn image_user_result<'a>(reports: &'a [Value], name: &str) -> (&'a Value, &'a Value) {
+    let report = reports
+        .iter()
+        .find(|r| r["scope"]["name"] == name)
+        .unwrap_or_else(|| panic!("no report of {name}"));
+    let results: Vec<&Value> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["rule"] == "image-user")
+        .collect();
+    assert_eq!(results.len(), 1, "{report:#}");
+    (results[0], &report["summary"])
+}
+
+#[test]
+fn audit_images_adds_the_image_user_check_to_every_output() {
+    let Some(bin) = registry_binary() else { return };
+    let registry = Registry::start(&bin, None);
+    registry.push("uid:1", Some("1001"), "amd64");
+    registry.push("good:1", Some("1000:1000"), "amd64");
+    let uid = format!("{}/uid:1", registry.host);
+    let good = format!("{}/good:1", registry.host);
+    let absent = format!("{}/absent:1", registry.host);
+    let dir = tempfile::tempdir().unwrap();
+    let file = workloads(
+        dir.path(),
+        &[
+            deployment("mismatch", &[&uid]),
+            deployment("matches", &[&good]),
+            deployment("unreadable", &[&absent]),
+        ],
+    );
+    let audit = |flags: &[&str]| {
+        let mut args = vec!["audit", "--images", "--insecure-registry", &registry.host];
+        args.extend_from_slice(flags);
+        args.push(&file);
+        modelgate(&args)
+    };
+    // JSON: a result per workload, and what was read.
+    let run = audit(&["-o", "json"]);
+    let without = modelgate(&["audit", &file]);
+    // The image check never changes the exit code.
+    assert_eq!(run.code, without.code, "{}", run.stderr);
+    let report = json_of(&run);
+    let result = |name: &str| {
+        report["images"]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {report:#}"))
+            .clone()
+    };
+    let r = result("mismatch");
+    assert_eq!(r["status"], "warn", "{r:#}");
+    assert!(
+        r["message"].as_str().unwrap().contains("expect uid 1001"),
+        "{r:#}"
+    );
+    assert_eq!(result("matches")["status"], "pass");
+    let r = result("unreadable");
+    assert_eq!(r["status"], "error", "{r:#}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read its config"),
+        "{r:#}"
+    );
+    assert_eq!(
+        report["images"]["counts"],
+        json!({"pass": 1, "warn": 1, "error": 1})
+    );
+    assert_eq!(report["images"]["images"].as_array().unwrap().len(), 3);
+    // Both report APIs: a result of its own, counted in the summary.
+    for output in ["openreports", "policyreport"] {
+        let run = audit(&["-o", output]);
+        let reports = documents(&run.stdout);
+        let (r, summary) = image_user_result(&reports, "mismatch");
+        assert_eq!(r["result"], "warn", "{r:#}");
+        assert_eq!(r["severity"], "medium");
+        assert_eq!(r["source"], "modelgate");
+        let (r, summary_ok) = image_user_result(&reports, "matches");
+        assert_eq!(r["result"], "pass");
+        assert_eq!(
+            summary["warn"].as_u64().unwrap(),
+            summary_ok["warn"].as_u64().unwrap() + 1,
+            "{summary} {summary_ok}"
+        );
+        assert_eq!(
+            image_user_result(&reports, "unreadable").0["result"],
+            "error"
+        );
+    }
+    // The table and JUnit say the same.
+    let run = audit(&[]);
+    assert!(
+        run.stdout.contains("IMAGE USER (2 of 3 workloads):")
+            && run
+                .stdout
+                .contains("Deployment team-a/mismatch: warn: container c0"),
+        "{}",
+        run.stdout
+    );
+    let run = audit(&["-o", "junit"]);
+    assert!(run.stdout.contains("image-user: warn: "), "{}", run.stdout);
+    // The registry flags also come from their variables, --images from its own.
+    let run = cli::modelgate_env(
+        &["audit", "-o", "json", &file],
+        &[
+            ("MODELGATE_AUDIT_IMAGES", "true"),
+            ("MODELGATE_INSECURE_REGISTRY", &registry.host),
+        ],
+        None,
+    );
+    assert_eq!(
+        json_of(&run)["images"]["counts"]["pass"],
+        1,
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn audit_calls_no_registry_without_images() {
+    let (host, seen) = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let image = format!("{host}/app:1");
+    let file = workloads(dir.path(), &[deployment("web", &[&image])]);
+    for output in ["table", "json", "openreports"] {
+        let run = modelgate(&["audit", "--insecure-registry", &host, "-o", output, &file]);
+        assert!(!run.stdout.contains("image-user"), "{}", run.stdout);
+        assert!(!run.stdout.contains("IMAGE USER"), "{}", run.stdout);
+    }
+    let run = modelgate(&["audit", "-o", "json", &file]);
+    assert!(json_of(&run).get("images").is_none(), "{}", run.stdout);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // With it, the same input calls it.
+    let run = modelgate(&[
+        "audit",
+        "--images",
+        "--insecure-registry",
+        &host,
+        "--image-timeout",
+        "1s",
+        &file,
+    ]);
+    assert!(run.stdout.contains("IMAGE USER (1 of 1"), "{}", run.stdout);
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+#[test]
+fn audit_images_from_the_cluster_reads_with_each_workloads_pull_secrets() {
+    let Some(bin) = registry_binary() else { return };
+    let registry = Registry::start(&bin, Some(("ci", "s3cret")));
+    registry.push("private:1", Some("1000:1000"), "amd64");
+    let private = format!("{}/private:1", registry.host);
+    let (api, _rt) = cluster_with_pull_secrets(&registry.host, &private);
+    let run = against(
+        &api,
+        &[
+            "audit",
+            "--from-cluster",
+            "--images",
+            "--insecure-registry",
+            &registry.host,
+            "-o",
+            "openreports",
+        ],
+    );
+    let reports = documents(&run.stdout);
+    // The image declares the uid the pods run as (1000): pass, for those that can read it.
+    for name in ["with-secret", "old-format", "via-sa"] {
+        let (r, _) = image_user_result(&reports, name);
+        assert_eq!(r["result"], "pass", "{name}: {r:#}");
+    }
+    let (r, _) = image_user_result(&reports, "without");
+    assert_eq!(r["result"], "error", "{r:#}");
+    assert!(
+        r["message"].as_str().unwrap().contains("Not authorized"),
+        "{r:#}"
+    );
+    let (r, _) = image_user_result(&reports, "broken");
+    assert_eq!(r["result"], "error", "{r:#}");
+    let m = r["message"].as_str().unwrap();
+    assert!(
+        m.contains("pull secret: secret team-a/broken: malformed"),
+        "{m}"
+    );
+    let b64 = base64::engine::general_purpose::STANDARD.encode("ci:s3cret");
+    assert!(!run.stdout.contains("s3cret") && !run.stdout.contains(&b64));
+    assert!(!run.stderr.contains("s3cret") && !run.stderr.contains(&b64));
+    // --write-reports writes the same results to the cluster.
+    let run = against(
+        &api,
+        &[
+            "audit",
+            "--from-cluster",
+            "--images",
+            "--insecure-registry",
+            &registry.host,
+            "--write-reports",
+        ],
+    );
+    assert_exit(&run, 0);
+    let written = api.reports(support::fake_apiserver::REPORTS);
+    assert_eq!(
+        image_user_result(&written, "with-secret").0["result"],
+        "pass"
+    );
+    assert_eq!(image_user_result(&written, "without").0["result"], "error");
+    let text = serde_json::to_string(&written).unwrap();
+    assert!(!text.contains("s3cret") && !text.contains(&b64));
 }

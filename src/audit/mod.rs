@@ -12,6 +12,7 @@
 //! template exactly, so only the owner is counted.
 
 pub mod cluster;
+pub mod images;
 pub mod output;
 pub mod rules;
 pub mod write;
@@ -644,6 +645,9 @@ pub struct Report {
     pub exempt: BTreeMap<String, usize>,
     /// Workloads counted through their owner, and other notes.
     pub notes: Vec<String>,
+    /// With `--images`: each workload's `image-user` result, and what was read of the images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<images::ImagesAudit>,
     /// Every object's result, only when a report needs them all (JUnit).
     #[serde(skip)]
     pub entries: Option<Vec<ObjectEntry>>,
@@ -689,6 +693,18 @@ pub struct Scope {
 pub struct WorkloadResults {
     pub scope: Scope,
     pub results: Vec<KeptResult>,
+    /// Results of checks that are not policy rules, after the rules' (`image-user`, with
+    /// `audit --images`).
+    pub extra: Vec<ExtraResult>,
+}
+
+/// The result of a check that is not one of the policy's rules (`image-user`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtraResult {
+    pub rule: &'static str,
+    pub status: Status,
+    pub severity: &'static str,
+    pub message: Arc<str>,
 }
 
 /// A [`RuleResult`] kept for a report, its texts shared with every equal one of the run.
@@ -751,6 +767,7 @@ impl Report {
                             .collect(),
                     })
                     .collect(),
+                extra: Vec::new(),
             });
         }
         self.objects += 1;

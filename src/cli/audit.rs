@@ -22,6 +22,7 @@ use crate::cache::list as cache_list;
 use crate::cli::policy::PolicyArgs;
 use crate::config::{AbsentClaims, PolicyConfig};
 use crate::documents::for_each_document;
+use crate::images::registry::Fetcher;
 use crate::kinds::WorkloadKinds;
 use crate::namespaces::{Mode, NamespaceDocuments, Namespaces, is_namespace};
 use crate::policy::Caches;
@@ -127,6 +128,17 @@ pub struct AuditArgs {
           env = "MODELGATE_REPORT_API")]
     pub report_api: ReportApiArg,
 
+    /// Also read each workload's images from their registries, as `modelgate images` does
+    /// (with --from-cluster, with each workload's pull secrets), and add the `image-user`
+    /// check to every output: warn when a container runs as a uid its image does not expect,
+    /// error when an image cannot be read. It never changes the exit code. Without it, no
+    /// registry is called and the registry flags are not used.
+    #[arg(long, env = "MODELGATE_AUDIT_IMAGES")]
+    pub images: bool,
+
+    #[command(flatten)]
+    pub registry: super::images::RegistryArgs,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -197,6 +209,12 @@ pub fn execute(mut args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdi
     };
     let at = Timestamp::of_run();
     let mut progress = Progress::new();
+    // Only with --images is a registry called; its flags are checked before anything is read.
+    let fetcher = if args.images {
+        Some(args.registry.fetcher()?)
+    } else {
+        None
+    };
     let (report, written) = if args.from_cluster {
         audit_cluster(
             &args,
@@ -206,6 +224,7 @@ pub fn execute(mut args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdi
             namespaces,
             keep,
             at,
+            fetcher.as_ref(),
             &mut progress,
         )?
     } else {
@@ -216,6 +235,7 @@ pub fn execute(mut args: AuditArgs, out: &mut dyn Write) -> anyhow::Result<Verdi
             index,
             namespaces,
             keep,
+            fetcher.as_ref(),
             &mut progress,
         )?;
         (report, None)
@@ -302,6 +322,8 @@ struct Auditor<'a> {
     only: &'a [String],
     report: Report,
     skipped: Skipped,
+    /// With `--images`: the containers of every evaluated object, with the uid each gets.
+    containers: Option<Vec<crate::images::ContainerUse>>,
 }
 
 impl Auditor<'_> {
@@ -311,6 +333,7 @@ impl Auditor<'_> {
             .and_then(Value::as_str)
             .unwrap_or("(no kind)")
             .to_string();
+        let copy = self.containers.is_some().then(|| value.clone());
         match audit::extract(value, "default", self.table)? {
             Extracted::Target(t) => {
                 if !self.only.is_empty() && !self.only.contains(&t.namespace) {
@@ -319,6 +342,9 @@ impl Auditor<'_> {
                 if self.config.is_exempt(&t.namespace) {
                     self.report.add_exempt(&t.namespace);
                     return Ok(());
+                }
+                if let (Some(containers), Some(copy)) = (self.containers.as_mut(), copy) {
+                    containers.extend(crate::images::containers_of(copy, self.table, &self.ctx)?);
                 }
                 let e = audit::evaluate(&t, &self.ctx);
                 self.report.add(&t, origin, e);
@@ -329,12 +355,13 @@ impl Auditor<'_> {
         Ok(())
     }
 
-    fn finish(mut self) -> Report {
+    fn finish(mut self) -> (Report, Option<Vec<crate::images::ContainerUse>>) {
         self.report.notes.extend(self.skipped.notes());
-        self.report
+        (self.report, self.containers)
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn audit_files(
     args: &AuditArgs,
     config: &PolicyConfig,
@@ -342,6 +369,7 @@ fn audit_files(
     index: crate::cache::CacheIndex,
     file_namespaces: NamespaceDocuments,
     keep: Keep,
+    fetcher: Option<&Fetcher>,
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
     let mut namespaces = file_namespaces.over(Namespaces::default());
@@ -380,6 +408,7 @@ fn audit_files(
         only: &args.namespaces,
         report: keep.report("files"),
         skipped: Skipped::default(),
+        containers: fetcher.is_some().then(Vec::new),
     };
     // Then every object, evaluated as soon as its document is read and dropped after.
     let mut seen = 0;
@@ -392,7 +421,17 @@ fn audit_files(
                 .map_err(|why| anyhow::anyhow!("{}: {why}", doc.origin))
         })?;
     }
-    Ok(auditor.finish())
+    let (mut report, containers) = auditor.finish();
+    if let (Some(fetcher), Some(containers)) = (fetcher, containers) {
+        progress.show("reading images");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")?;
+        let read = runtime.block_on(crate::images::read_images(fetcher, containers, None, None));
+        audit::images::join(&mut report, read);
+    }
+    Ok(report)
 }
 
 /// A directory stands for its `.yaml`, `.yml` and `.json` files, in name order, as
@@ -428,6 +467,7 @@ fn audit_cluster(
     file_namespaces: NamespaceDocuments,
     keep: Keep,
     at: Timestamp,
+    fetcher: Option<&Fetcher>,
     progress: &mut Progress,
 ) -> anyhow::Result<(Report, Option<audit::write::Written>)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -478,6 +518,7 @@ fn audit_cluster(
             only: &args.namespaces,
             report: keep.report("cluster"),
             skipped: Skipped::default(),
+            containers: fetcher.is_some().then(Vec::new),
         };
         let mut failed = None;
         let not_served = cluster::list_workloads(
@@ -507,8 +548,15 @@ fn audit_cluster(
         if let Some(why) = failed {
             bail!("{why}");
         }
-        let mut report = auditor.finish();
+        let (mut report, containers) = auditor.finish();
         report.notes.extend(notes);
+        // Before any report is written: the reports carry the `image-user` results.
+        if let (Some(fetcher), Some(containers)) = (fetcher, containers) {
+            progress.show("reading pull secrets and images");
+            let pull = crate::images::pull::resolve(&client, &containers).await;
+            let read = crate::images::read_images(fetcher, containers, Some(pull), None).await;
+            audit::images::join(&mut report, read);
+        }
         if !not_served.is_empty() {
             report.notes.push(format!(
                 "kinds this cluster does not serve, skipped: {}",

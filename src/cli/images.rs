@@ -54,11 +54,31 @@ pub struct ImagesArgs {
     pub inputs: Vec<PathBuf>,
 
     /// Read the workloads of the cluster of the current kubeconfig context instead, with list
-    /// calls only (as `audit --from-cluster`); their imagePullSecrets are not read: give
-    /// --registry-config.
+    /// calls only (as `audit --from-cluster`), and each image with the pull credentials of the
+    /// workload that runs it (its imagePullSecrets, else its ServiceAccount's: get on secrets
+    /// and serviceaccounts), then --registry-config's.
     #[arg(long, env = "MODELGATE_FROM_CLUSTER")]
     pub from_cluster: bool,
 
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    /// The image contract for CI: every image must declare exactly this numeric user (`1000`
+    /// or `1000:1000`): exit 1 when one does not, 2 when one cannot be read.
+    #[arg(long, value_name = "UID[:GID]", env = "MODELGATE_EXPECT_USER")]
+    pub expect_user: Option<ExpectUser>,
+
+    #[arg(long, short = 'o', value_enum, default_value_t = ImagesOutput::Table,
+          env = "MODELGATE_IMAGES_OUTPUT")]
+    pub output: ImagesOutput,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// How the registries are reached: shared by `images` and `audit --images`.
+#[derive(Args, Clone, Debug)]
+pub struct RegistryArgs {
     /// Which manifest of a multi-platform image is read: OS/ARCH or OS/ARCH/VARIANT. Default:
     /// linux and the architecture of this machine.
     #[arg(long, value_name = "OS/ARCH[/VARIANT]", env = "MODELGATE_PLATFORM")]
@@ -66,7 +86,8 @@ pub struct ImagesArgs {
 
     /// A docker config.json whose `auths` give the user and password of each registry
     /// (default: every registry is read anonymously). Each entry is used for its registry
-    /// only (and the token service that registry's challenge names).
+    /// only (and the token service that registry's challenge names); with --from-cluster,
+    /// after the workload's pull secrets.
     #[arg(long, value_name = "FILE", env = "MODELGATE_REGISTRY_CONFIG")]
     pub registry_config: Option<PathBuf>,
 
@@ -101,18 +122,6 @@ pub struct ImagesArgs {
     #[arg(long, value_name = "N", default_value_t = 8, env = "MODELGATE_IMAGE_CONCURRENCY",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub image_concurrency: u16,
-
-    /// The image contract for CI: every image must declare exactly this numeric user (`1000`
-    /// or `1000:1000`): exit 1 when one does not, 2 when one cannot be read.
-    #[arg(long, value_name = "UID[:GID]", env = "MODELGATE_EXPECT_USER")]
-    pub expect_user: Option<ExpectUser>,
-
-    #[arg(long, short = 'o', value_enum, default_value_t = ImagesOutput::Table,
-          env = "MODELGATE_IMAGES_OUTPUT")]
-    pub output: ImagesOutput,
-
-    #[command(flatten)]
-    pub policy: PolicyArgs,
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
@@ -135,32 +144,50 @@ pub fn run(args: ImagesArgs) -> ExitCode {
     }
 }
 
+impl RegistryArgs {
+    /// The fetcher these flags describe: every file read, every value checked, before any
+    /// registry is called.
+    pub fn fetcher(&self) -> anyhow::Result<Fetcher> {
+        let credentials = match &self.registry_config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!("--registry-config {}: cannot read", path.display())
+                })?;
+                Credentials::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("--registry-config {}: {e}", path.display()))?
+            }
+            None => Credentials::default(),
+        };
+        let mut ca_pem = Vec::new();
+        for path in &self.registry_ca {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("--registry-ca {}: cannot read", path.display()))?;
+            if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+                anyhow::bail!("--registry-ca {}: not a PEM file", path.display());
+            }
+            ca_pem.push(pem);
+        }
+        for host in &self.insecure_registry {
+            if host.is_empty() || host.contains('/') {
+                anyhow::bail!("--insecure-registry {host:?}: expected HOST:PORT (or HOST)");
+            }
+        }
+        let settings = Settings {
+            platform: self.platform.clone().unwrap_or_else(Platform::host),
+            credentials,
+            insecure: self.insecure_registry.clone(),
+            ca_pem,
+            timeout: self.image_timeout,
+            concurrency: usize::from(self.image_concurrency),
+        };
+        Fetcher::new(settings).map_err(|e| anyhow::anyhow!(e))
+    }
+}
+
 /// Reads the workloads and their images, writes the report; the report for the exit code.
 pub fn execute(args: ImagesArgs, out: &mut dyn Write) -> anyhow::Result<Report> {
     // Everything that can be refused is read before any registry is called.
-    let credentials = match &args.registry_config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--registry-config {}: cannot read", path.display()))?;
-            Credentials::parse(&text)
-                .map_err(|e| anyhow::anyhow!("--registry-config {}: {e}", path.display()))?
-        }
-        None => Credentials::default(),
-    };
-    let mut ca_pem = Vec::new();
-    for path in &args.registry_ca {
-        let pem = std::fs::read(path)
-            .with_context(|| format!("--registry-ca {}: cannot read", path.display()))?;
-        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
-            anyhow::bail!("--registry-ca {}: not a PEM file", path.display());
-        }
-        ca_pem.push(pem);
-    }
-    for host in &args.insecure_registry {
-        if host.is_empty() || host.contains('/') {
-            anyhow::bail!("--insecure-registry {host:?}: expected HOST:PORT (or HOST)");
-        }
-    }
+    let fetcher = args.registry.fetcher()?;
 
     let mut config = args.policy.clone().into_config();
     let table: &'static WorkloadKinds = Box::leak(Box::new(config.workload_kinds.as_ref().clone()));
@@ -181,6 +208,7 @@ pub fn execute(args: ImagesArgs, out: &mut dyn Write) -> anyhow::Result<Report> 
         .context("cannot start the runtime")?;
     let mut containers = Vec::new();
     let mut notes = Vec::new();
+    let mut pull = None;
     if args.from_cluster {
         if !args.inputs.is_empty() {
             anyhow::bail!("give files or --from-cluster, not both");
@@ -215,6 +243,7 @@ pub fn execute(args: ImagesArgs, out: &mut dyn Write) -> anyhow::Result<Report> 
                     not_served.join(", ")
                 ));
             }
+            pull = Some(images::pull::resolve(&client, &containers).await);
             Ok::<_, anyhow::Error>(())
         })?;
     } else {
@@ -233,19 +262,12 @@ pub fn execute(args: ImagesArgs, out: &mut dyn Write) -> anyhow::Result<Report> 
             })?;
         }
     }
-    let distinct = images::distinct_images(&containers);
-    notes.extend(credentials.notes.iter().cloned());
-    let settings = Settings {
-        platform: args.platform.clone().unwrap_or_else(Platform::host),
-        credentials,
-        insecure: args.insecure_registry.clone(),
-        ca_pem,
-        timeout: args.image_timeout,
-        concurrency: usize::from(args.image_concurrency),
-    };
-    let fetcher = Fetcher::new(settings).map_err(|e| anyhow::anyhow!(e))?;
-    let read = runtime.block_on(fetcher.fetch_all(distinct));
-    let mut report = Report::new(containers, read, args.expect_user);
+    let mut report = runtime.block_on(images::read_images(
+        &fetcher,
+        containers,
+        pull,
+        args.expect_user,
+    ));
     report.notes.extend(notes);
     if report.images.is_empty() {
         report

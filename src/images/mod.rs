@@ -7,6 +7,7 @@
 //! `runAsUser`, else the pod's, else none (the image's `User` applies). The registry is read in
 //! [`registry`], never on the admission path.
 
+pub mod pull;
 pub mod registry;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,6 +209,51 @@ pub struct ContainerUse {
     /// writable and the pod gets the cache-prep init container.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheMount>,
+    /// Where the kubelet finds the pod's pull credentials (read only with `--from-cluster`).
+    #[serde(skip)]
+    pub pull: PullSource,
+}
+
+/// The pull secrets a pod names, and whether its ServiceAccount's stand in for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PullSource {
+    /// The pod spec's (or template's) `imagePullSecrets`, in order.
+    pub secrets: Vec<String>,
+    /// For a template, the ServiceAccount (`spec.serviceAccountName`, else `default`) whose
+    /// `imagePullSecrets` the ServiceAccount admission plugin gives the pod when it names
+    /// none; `None` for a Pod, which went through that plugin already.
+    pub service_account: Option<String>,
+}
+
+/// The pull credentials of a pod spec at `pointer` of `object` (a Pod when `is_pod`).
+fn pull_source(object: &Value, pointer: &str, is_pod: bool) -> PullSource {
+    let spec = object.pointer(pointer);
+    let secrets: Vec<String> = spec
+        .and_then(|s| s.get("imagePullSecrets"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|r| r.get("name").and_then(Value::as_str))
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let named = |key: &str| {
+        spec.and_then(|s| s.get(key))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+    };
+    let service_account = (!is_pod).then(|| {
+        named("serviceAccountName")
+            .or_else(|| named("serviceAccount"))
+            .unwrap_or("default")
+            .to_string()
+    });
+    PullSource {
+        secrets,
+        service_account,
+    }
 }
 
 /// The model cache root as the prep leaves it, and the ids the container brings to it.
@@ -303,6 +349,8 @@ pub fn containers_of(
             .pointer(&format!("{pointer}/securityContext/runAsGroup"))
             .and_then(Value::as_i64);
         let prep = mutated.pointer(pointer).and_then(prep_of);
+        let is_pod = part.at.is_none() && target.kind == audit::AuditedKind::Pod;
+        let pull = pull_source(&part.object, pointer, is_pod);
         let mut pod_groups: Vec<i64> = mutated
             .pointer(&format!("{pointer}/securityContext/fsGroup"))
             .and_then(Value::as_i64)
@@ -376,6 +424,7 @@ pub fn containers_of(
                     run_as_user_from: from,
                     denied: denied.clone(),
                     cache,
+                    pull: pull.clone(),
                 });
             }
         }
@@ -416,6 +465,9 @@ fn after_mutation(object: &Value, namespace: &str, ctx: &Context) -> (Value, Opt
 #[derive(Clone, Debug, Serialize)]
 pub struct ImageResult {
     pub image: String,
+    /// The credentials it was read with (`anonymous`, `pull secret NS/NAME`,
+    /// `--registry-config`), or, when it could not be read, those tried.
+    pub read_with: String,
     /// The digest of the image manifest read (the platform's, for an index).
     pub digest: Option<String>,
     /// The digest of the index the manifest was chosen from, when the image is multi-platform.
@@ -438,6 +490,14 @@ pub struct ContainerResult {
     #[serde(flatten)]
     pub container: ContainerUse,
     pub image_user: Option<ImageUser>,
+    /// The credentials its image was read with (or tried), as in `images[].read_with`.
+    pub read_with: Option<String>,
+    /// Why its image could not be read with the workload's credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_error: Option<String>,
+    /// The pull secrets the kubelet uses for it, `NAMESPACE/NAME` (with `--from-cluster`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
     /// A mismatch between the uid it runs as and what the image expects.
     pub warning: Option<String>,
     /// The container could not write the model cache root the prep leaves.
@@ -453,7 +513,87 @@ pub struct Report {
     /// With `--expect-user`, the user expected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expect_user: Option<String>,
+    /// Pull secrets and ServiceAccounts that could not be used (with `--from-cluster`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pull_secret_findings: Vec<PullSecretFinding>,
     pub notes: Vec<String>,
+}
+
+/// A pull secret (or the ServiceAccount that names them) a workload's pods could not use.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct PullSecretFinding {
+    /// `Deployment team-a/web`.
+    pub workload: String,
+    /// `secret team-a/regcred` or `serviceaccount team-a/builder`.
+    pub object: String,
+    pub problem: String,
+}
+
+/// One container with the read of its image (an index into the reads given to
+/// [`Report::new`]), and the pull secrets it was read with.
+pub struct Joined {
+    pub container: ContainerUse,
+    pub read: usize,
+    pub pull_secrets: Vec<String>,
+}
+
+/// One read of an image and what it gave.
+pub struct ReadResult {
+    pub image: String,
+    /// What was tried, for a read that failed (`anonymous`, or the credentials' labels).
+    pub tried: String,
+    pub result: Result<registry::Fetched, String>,
+}
+
+/// Reads the image of every container with the credentials of its workload (`pull`, from
+/// [`pull::resolve`] under `--from-cluster`; else `--registry-config`'s alone), each distinct
+/// read once, and joins the results to the containers.
+pub async fn read_images(
+    fetcher: &registry::Fetcher,
+    containers: Vec<ContainerUse>,
+    pull: Option<pull::Resolved>,
+    expect: Option<ExpectUser>,
+) -> Report {
+    let (mut keyrings, mut names, findings) = match pull {
+        Some(p) => (p.keyrings, p.secret_names, p.findings),
+        None => (Vec::new(), Vec::new(), Vec::new()),
+    };
+    keyrings.resize_with(containers.len(), Vec::new);
+    names.resize_with(containers.len(), Vec::new);
+    let mut index: BTreeMap<registry::Read, usize> = BTreeMap::new();
+    let mut joined = Vec::with_capacity(containers.len());
+    for ((container, keyring), pull_secrets) in containers.into_iter().zip(keyrings).zip(names) {
+        let read = fetcher.read_for(&container.image, &keyring);
+        let next = index.len();
+        let read = *index.entry(read).or_insert(next);
+        joined.push(Joined {
+            container,
+            read,
+            pull_secrets,
+        });
+    }
+    let mut reads: Vec<Option<registry::Read>> = vec![None; index.len()];
+    for (read, i) in &index {
+        reads[*i] = Some(read.clone());
+    }
+    let mut fetched = fetcher.fetch_all(index.into_keys().collect()).await;
+    let results = reads
+        .into_iter()
+        .flatten()
+        .map(|read| {
+            let result = fetched
+                .remove(&read)
+                .unwrap_or_else(|| Err("not read".to_string()));
+            ReadResult {
+                tried: read.tried(),
+                image: read.image,
+                result,
+            }
+        })
+        .collect();
+    let mut report = Report::new(joined, results, expect);
+    report.pull_secret_findings = findings;
+    report
 }
 
 /// The distinct images of `containers`, in name order.
@@ -570,66 +710,74 @@ pub fn cache_warning(c: &ContainerUse, user: Option<&ImageUser>) -> Option<Strin
 
 impl Report {
     /// Joins the containers with what was read of their images.
-    pub fn new(
-        containers: Vec<ContainerUse>,
-        read: BTreeMap<String, Result<registry::Fetched, String>>,
-        expect: Option<ExpectUser>,
-    ) -> Report {
-        let mut uses: BTreeMap<&str, usize> = BTreeMap::new();
-        for c in &containers {
-            *uses.entry(c.image.as_str()).or_default() += 1;
-        }
-        let images: Vec<ImageResult> = read
-            .into_iter()
-            .map(|(image, r)| {
-                let n = uses.get(image.as_str()).copied().unwrap_or_default();
-                match r {
-                    Ok(f) => {
-                        let user = classify(f.user.as_deref());
-                        ImageResult {
-                            expected: expect.map(|e| e.matches(&user)),
-                            image,
-                            digest: Some(f.digest),
-                            index_digest: f.index_digest,
-                            platform: f.platform,
-                            config_digest: Some(f.config_digest),
-                            user: Some(user),
-                            error: None,
-                            containers: n,
-                        }
+    pub fn new(joined: Vec<Joined>, reads: Vec<ReadResult>, expect: Option<ExpectUser>) -> Report {
+        // One row per image and credentials: reads that end the same (the same credentials
+        // succeeded, or the same were tried) are one row.
+        let mut rows: BTreeMap<(String, String), ImageResult> = BTreeMap::new();
+        let mut row_of: Vec<(String, String)> = Vec::with_capacity(reads.len());
+        for r in reads {
+            let key = match &r.result {
+                Ok(f) => (r.image.clone(), f.read_with.clone()),
+                Err(_) => (r.image.clone(), r.tried.clone()),
+            };
+            row_of.push(key.clone());
+            rows.entry(key.clone()).or_insert_with(|| match r.result {
+                Ok(f) => {
+                    let user = classify(f.user.as_deref());
+                    ImageResult {
+                        expected: expect.map(|e| e.matches(&user)),
+                        image: r.image,
+                        read_with: key.1,
+                        digest: Some(f.digest),
+                        index_digest: f.index_digest,
+                        platform: f.platform,
+                        config_digest: Some(f.config_digest),
+                        user: Some(user),
+                        error: None,
+                        containers: 0,
                     }
-                    Err(e) => ImageResult {
-                        image,
-                        digest: None,
-                        index_digest: None,
-                        platform: None,
-                        config_digest: None,
-                        user: None,
-                        error: Some(e),
-                        expected: None,
-                        containers: n,
-                    },
                 }
-            })
-            .collect();
-        let by_image: BTreeMap<&str, &ImageResult> =
-            images.iter().map(|i| (i.image.as_str(), i)).collect();
-        let containers = containers
+                Err(e) => ImageResult {
+                    image: r.image,
+                    read_with: key.1,
+                    digest: None,
+                    index_digest: None,
+                    platform: None,
+                    config_digest: None,
+                    user: None,
+                    error: Some(e),
+                    expected: None,
+                    containers: 0,
+                },
+            });
+        }
+        for j in &joined {
+            if let Some(row) = row_of.get(j.read).and_then(|k| rows.get_mut(k)) {
+                row.containers += 1;
+            }
+        }
+        let containers = joined
             .into_iter()
-            .map(|c| {
-                let user = by_image.get(c.image.as_str()).and_then(|i| i.user.clone());
+            .map(|j| {
+                let row = row_of.get(j.read).and_then(|k| rows.get(k));
+                let user = row.and_then(|i| i.user.clone());
+                let c = j.container;
                 ContainerResult {
                     warning: warning(&c, user.as_ref()),
                     cache_warning: cache_warning(&c, user.as_ref()),
                     image_user: user,
+                    read_with: row.map(|i| i.read_with.clone()),
+                    image_error: row.and_then(|i| i.error.clone()),
+                    pull_secrets: j.pull_secrets,
                     container: c,
                 }
             })
             .collect();
         Report {
-            images,
+            images: rows.into_values().collect(),
             containers,
             expect_user: expect.map(|e| e.to_string()),
+            pull_secret_findings: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -654,6 +802,14 @@ impl Report {
         ]];
         if self.expect_user.is_some() {
             rows[0].push("EXPECTED".to_string());
+        }
+        // Under --from-cluster an image may be read with several workloads' credentials.
+        let by_credentials = self
+            .images
+            .iter()
+            .any(|i| i.read_with.contains("pull secret"));
+        if by_credentials {
+            rows[0].push("READ WITH".to_string());
         }
         for i in &self.images {
             let mut row = vec![
@@ -681,6 +837,9 @@ impl Report {
                     }
                     .to_string(),
                 );
+            }
+            if by_credentials {
+                row.push(i.read_with.clone());
             }
             rows.push(row);
         }
@@ -714,6 +873,12 @@ impl Report {
             out.push_str(&align(&rows));
         }
         let mut findings = Vec::new();
+        for f in &self.pull_secret_findings {
+            findings.push(format!(
+                "pull secret: {} ({}): {}",
+                f.object, f.workload, f.problem
+            ));
+        }
         for i in &self.images {
             if let Some(e) = &i.error {
                 findings.push(format!("image {}: cannot read its config: {e}", i.image));
@@ -811,7 +976,23 @@ impl Report {
                 })
                 .collect(),
         };
-        crate::junit::write(out, "modelgate images", &[images, containers])
+        let mut suites = vec![images, containers];
+        if !self.pull_secret_findings.is_empty() {
+            suites.push(Suite {
+                name: "pull-secrets".to_string(),
+                cases: self
+                    .pull_secret_findings
+                    .iter()
+                    .map(|f| Case {
+                        classname: f.workload.clone(),
+                        name: f.object.clone(),
+                        failure: Some(f.problem.clone()),
+                        output: None,
+                    })
+                    .collect(),
+            });
+        }
+        crate::junit::write(out, "modelgate images", &suites)
     }
 }
 

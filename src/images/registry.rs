@@ -210,13 +210,97 @@ impl Credentials {
         Ok(creds)
     }
 
+    /// Reads the older `.dockercfg` format (a `kubernetes.io/dockercfg` Secret): the entries by
+    /// registry at the top level, without `auths`.
+    pub fn parse_dockercfg(text: &str) -> Result<Credentials, String> {
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| format!("not a .dockercfg: {e}"))?;
+        if !doc.is_object() {
+            return Err("not a .dockercfg: not a JSON object".to_string());
+        }
+        Credentials::parse(&serde_json::json!({ "auths": doc }).to_string())
+    }
+
+    /// Whether it holds no user and password for any registry.
+    pub fn is_empty(&self) -> bool {
+        self.by_registry.is_empty()
+    }
+
+    /// The user and password for `registry` (oci-client's name of it: `index.docker.io`,
+    /// `127.0.0.1:5000`).
+    fn lookup(&self, registry: &str) -> Option<&(String, String)> {
+        self.by_registry.get(&registry.to_ascii_lowercase())
+    }
+
+    #[cfg(test)]
     fn auth_for(&self, registry: &str) -> RegistryAuth {
-        match self.by_registry.get(&registry.to_ascii_lowercase()) {
+        match self.lookup(registry) {
             Some((u, p)) => RegistryAuth::Basic(u.clone(), p.clone()),
             None => RegistryAuth::Anonymous,
         }
     }
 }
+
+/// One user and password to try for a registry, with where it comes from (`pull secret
+/// team-a/regcred`, `--registry-config`): the label is what output names, never the secret.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Candidate {
+    pub label: String,
+    user: String,
+    password: String,
+}
+
+impl std::fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Candidate")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One read of an image: with the credentials to try in turn, as the kubelet tries those of a
+/// pod (its pull secrets' in order, then the node's), or anonymously when none names the
+/// image's registry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Read {
+    pub image: String,
+    pub candidates: Vec<Candidate>,
+}
+
+impl Read {
+    /// What the read tries, for output: `anonymous`, or the labels of the candidates.
+    pub fn tried(&self) -> String {
+        if self.candidates.is_empty() {
+            "anonymous".to_string()
+        } else {
+            self.candidates
+                .iter()
+                .map(|c| c.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    }
+
+    /// `text` with every user:password of the candidates (plain, or as base64 in a Basic
+    /// header) and every password replaced: nothing a registry or a client error echoes may
+    /// print a credential.
+    fn redact(&self, text: String) -> String {
+        let mut text = text;
+        for c in &self.candidates {
+            let pair = format!("{}:{}", c.user, c.password);
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&pair);
+            for secret in [b64.as_str(), pair.as_str(), c.password.as_str()] {
+                if !secret.is_empty() {
+                    text = text.replace(secret, "<redacted>");
+                }
+            }
+        }
+        text
+    }
+}
+
+/// The label of the credentials of `--registry-config`.
+pub const REGISTRY_CONFIG: &str = "--registry-config";
 
 /// How the registries are reached.
 #[derive(Debug)]
@@ -242,78 +326,138 @@ pub struct Fetched {
     pub config_digest: String,
     /// `config.User`, as written.
     pub user: Option<String>,
+    /// The credentials the read succeeded with: `anonymous`, `pull secret NS/NAME`,
+    /// `--registry-config`.
+    pub read_with: String,
 }
 
 /// Reads image configs, each config digest once.
 pub struct Fetcher {
+    /// The anonymous client.
     client: Client,
+    /// A client per credential: oci-client keeps one login (and its tokens) per registry for
+    /// the life of a client, so one client shared by two credentials would read with
+    /// whichever came first.
+    clients: Mutex<HashMap<Candidate, Client>>,
     settings: Settings,
     /// config digest → `config.User`.
     configs: Mutex<HashMap<String, Option<String>>>,
+}
+
+fn new_client(settings: &Settings) -> Result<Client, String> {
+    let protocol = if settings.insecure.is_empty() {
+        ClientProtocol::Https
+    } else {
+        ClientProtocol::HttpsExcept(settings.insecure.clone())
+    };
+    let config = ClientConfig {
+        protocol,
+        extra_root_certificates: settings
+            .ca_pem
+            .iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.clone(),
+            })
+            .collect(),
+        // Indexes are resolved here, with their size and entries bounded.
+        platform_resolver: None,
+        connect_timeout: Some(settings.timeout),
+        read_timeout: Some(settings.timeout),
+        ..ClientConfig::default()
+    };
+    // `Client::new` would fall back to a default client on a bad certificate: not that.
+    Client::try_from(config).map_err(|e| format!("registry client: {e}"))
 }
 
 impl Fetcher {
     pub fn new(settings: Settings) -> Result<Fetcher, String> {
         // reqwest is built without a crypto provider of its own: ring's, as everywhere here.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let protocol = if settings.insecure.is_empty() {
-            ClientProtocol::Https
-        } else {
-            ClientProtocol::HttpsExcept(settings.insecure.clone())
-        };
-        let config = ClientConfig {
-            protocol,
-            extra_root_certificates: settings
-                .ca_pem
-                .iter()
-                .map(|pem| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.clone(),
-                })
-                .collect(),
-            // Indexes are resolved here, with their size and entries bounded.
-            platform_resolver: None,
-            connect_timeout: Some(settings.timeout),
-            read_timeout: Some(settings.timeout),
-            ..ClientConfig::default()
-        };
-        // `Client::new` would fall back to a default client on a bad certificate: not that.
-        let client = Client::try_from(config).map_err(|e| format!("registry client: {e}"))?;
+        let client = new_client(&settings)?;
         Ok(Fetcher {
             client,
+            clients: Mutex::new(HashMap::new()),
             settings,
             configs: Mutex::new(HashMap::new()),
         })
     }
 
+    /// The read of `image` for a workload whose pull secrets are `secrets` (label, parsed
+    /// `.dockerconfigjson`), in their order: the secrets' entries for the image's registry,
+    /// then `--registry-config`'s, each tried in turn as the kubelet does; none: anonymous.
+    pub fn read_for(&self, image: &str, secrets: &[(String, std::sync::Arc<Credentials>)]) -> Read {
+        let registry = image
+            .parse::<Reference>()
+            .map(|r| r.resolve_registry().to_string())
+            .unwrap_or_default();
+        let config = (REGISTRY_CONFIG.to_string(), &self.settings.credentials);
+        let candidates = secrets
+            .iter()
+            .map(|(label, c)| (label.clone(), &**c))
+            .chain(std::iter::once(config))
+            .filter_map(|(label, c)| {
+                c.lookup(&registry).map(|(user, password)| Candidate {
+                    label,
+                    user: user.clone(),
+                    password: password.clone(),
+                })
+            })
+            .collect();
+        Read {
+            image: image.to_string(),
+            candidates,
+        }
+    }
+
     /// Reads every image, each within the per-image timeout: the registries side by side, and
     /// from each registry at most `concurrency` images at once, so that a registry that does
-    /// not answer delays no other registry's images.
-    pub async fn fetch_all(
-        &self,
-        images: Vec<String>,
-    ) -> BTreeMap<String, Result<Fetched, String>> {
+    /// not answer delays no other registry's images. The anonymous reads go first; an image
+    /// read anonymously is not read again with credentials (it is public: what a workload's
+    /// credentials would read is the same), and its result is given to every read of it.
+    pub async fn fetch_all(&self, reads: Vec<Read>) -> BTreeMap<Read, Result<Fetched, String>> {
+        let (anonymous, credentialed): (Vec<Read>, Vec<Read>) =
+            reads.into_iter().partition(|r| r.candidates.is_empty());
+        let mut done = self.fetch_batch(anonymous).await;
+        let public: HashMap<String, Fetched> = done
+            .iter()
+            .filter_map(|(r, f)| Some((r.image.clone(), f.as_ref().ok()?.clone())))
+            .collect();
+        let (reused, rest): (Vec<Read>, Vec<Read>) = credentialed
+            .into_iter()
+            .partition(|r| public.contains_key(&r.image));
+        for r in reused {
+            let f = public[&r.image].clone();
+            done.insert(r, Ok(f));
+        }
+        done.extend(self.fetch_batch(rest).await);
+        done
+    }
+
+    async fn fetch_batch(&self, reads: Vec<Read>) -> BTreeMap<Read, Result<Fetched, String>> {
         let timeout = self.settings.timeout;
-        let mut by_registry: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for image in images {
+        let mut by_registry: BTreeMap<String, Vec<Read>> = BTreeMap::new();
+        for read in reads {
             // An image that does not parse is its own group: it fails at once.
-            let registry = image
+            let registry = read
+                .image
                 .parse::<Reference>()
                 .map(|r| r.resolve_registry().to_string())
-                .unwrap_or_else(|_| image.clone());
-            by_registry.entry(registry).or_default().push(image);
+                .unwrap_or_else(|_| read.image.clone());
+            by_registry.entry(registry).or_default().push(read);
         }
-        let per_registry = by_registry.into_values().map(|images| {
-            futures::stream::iter(images)
-                .map(|image| async move {
-                    let r = match tokio::time::timeout(timeout, self.fetch(&image)).await {
+        let per_registry = by_registry.into_values().map(|reads| {
+            futures::stream::iter(reads)
+                .map(|read| async move {
+                    let r = match tokio::time::timeout(timeout, self.fetch_read(&read)).await {
                         Ok(r) => r,
                         Err(_) => Err(format!(
                             "no complete answer from the registry within {timeout:?} \
                              (--image-timeout)"
                         )),
                     };
-                    (image, r)
+                    let r = r.map_err(|e| read.redact(e));
+                    (read, r)
                 })
                 .buffer_unordered(self.settings.concurrency.max(1))
                 .collect::<Vec<_>>()
@@ -325,16 +469,59 @@ impl Fetcher {
             .collect()
     }
 
-    /// Reads one image's manifest (through its index) and config.
+    /// One read: anonymously, or with each candidate in turn until one succeeds (the kubelet
+    /// tries every credential that matches, and none anonymously once one matches).
+    async fn fetch_read(&self, read: &Read) -> Result<Fetched, String> {
+        if read.candidates.is_empty() {
+            return self
+                .fetch_with(
+                    &self.client,
+                    &read.image,
+                    &RegistryAuth::Anonymous,
+                    "anonymous",
+                )
+                .await;
+        }
+        let mut errors = Vec::new();
+        for c in &read.candidates {
+            let client = {
+                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+                match clients.get(c) {
+                    Some(client) => client.clone(),
+                    None => {
+                        let client = new_client(&self.settings)?;
+                        clients.insert(c.clone(), client.clone());
+                        client
+                    }
+                }
+            };
+            let auth = RegistryAuth::Basic(c.user.clone(), c.password.clone());
+            match self.fetch_with(&client, &read.image, &auth, &c.label).await {
+                Ok(f) => return Ok(f),
+                Err(e) => errors.push(format!("with {}: {e}", c.label)),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Reads one image's manifest (through its index) and config, anonymously (with the
+    /// credentials of `--registry-config` for its registry, if any).
     pub async fn fetch(&self, image: &str) -> Result<Fetched, String> {
+        let read = self.read_for(image, &[]);
+        self.fetch_read(&read).await.map_err(|e| read.redact(e))
+    }
+
+    async fn fetch_with(
+        &self,
+        client: &Client,
+        image: &str,
+        auth: &RegistryAuth,
+        label: &str,
+    ) -> Result<Fetched, String> {
         let reference: Reference = image
             .parse()
             .map_err(|e| format!("not an image reference: {e}"))?;
-        let auth = self
-            .settings
-            .credentials
-            .auth_for(reference.resolve_registry());
-        let (doc, digest) = self.manifest(&reference, &auth).await?;
+        let (doc, digest) = self.manifest(client, &reference, auth).await?;
         let (manifest, digest, index_digest, platform) = if is_index(&doc) {
             let entries = doc
                 .get("manifests")
@@ -383,7 +570,7 @@ impl Fetcher {
                 ));
             }
             let child_ref = reference.clone_with_digest(child.to_string());
-            let (child_doc, child_digest) = self.manifest(&child_ref, &auth).await?;
+            let (child_doc, child_digest) = self.manifest(client, &child_ref, auth).await?;
             if is_index(&child_doc) {
                 return Err(format!(
                     "the index's manifest for {want} is itself an index"
@@ -426,7 +613,7 @@ impl Fetcher {
                     .and_then(Value::as_str)
                     .unwrap_or("application/vnd.oci.image.config.v1+json");
                 let user = self
-                    .config_user(&reference, &config_digest, size, media_type)
+                    .config_user(client, &reference, &config_digest, size, media_type)
                     .await?;
                 self.configs
                     .lock()
@@ -441,17 +628,18 @@ impl Fetcher {
             platform,
             config_digest,
             user,
+            read_with: label.to_string(),
         })
     }
 
     /// A manifest or index as JSON, with its digest.
     async fn manifest(
         &self,
+        client: &Client,
         reference: &Reference,
         auth: &RegistryAuth,
     ) -> Result<(Value, String), String> {
-        let (body, digest) = self
-            .client
+        let (body, digest) = client
             .pull_manifest_raw(reference, auth, ACCEPT)
             .await
             .map_err(|e| describe(&e))?;
@@ -472,6 +660,7 @@ impl Fetcher {
     /// The config blob, streamed and bounded, checked against its digest; its `config.User`.
     async fn config_user(
         &self,
+        client: &Client,
         reference: &Reference,
         digest: &str,
         size: i64,
@@ -483,8 +672,7 @@ impl Fetcher {
             size,
             ..OciDescriptor::default()
         };
-        let mut stream = self
-            .client
+        let mut stream = client
             .pull_blob_stream(reference, &descriptor)
             .await
             .map_err(|e| describe(&e))?;
@@ -557,6 +745,34 @@ mod tests {
         assert!("amd64".parse::<Platform>().is_err());
         assert!("linux//".parse::<Platform>().is_err());
         assert_eq!(Platform::host().os, "linux");
+    }
+
+    #[test]
+    fn errors_never_carry_a_credential() {
+        let c =
+            Credentials::parse(r#"{"auths": {"r.example": {"auth": "Y2k6czNjcmV0"}}}"#).unwrap();
+        let creds = std::sync::Arc::new(c);
+        let settings = Settings {
+            platform: Platform::host(),
+            credentials: Credentials::default(),
+            insecure: Vec::new(),
+            ca_pem: Vec::new(),
+            timeout: Duration::from_secs(1),
+            concurrency: 1,
+        };
+        let fetcher = Fetcher::new(settings).unwrap();
+        let read = fetcher.read_for("r.example/app:1", &[("pull secret a/b".into(), creds)]);
+        assert_eq!(read.tried(), "pull secret a/b");
+        let text = read.redact("sent Y2k6czNjcmV0, ci:s3cret and s3cret back".to_string());
+        assert_eq!(text, "sent <redacted>, <redacted> and <redacted> back");
+        assert!(!format!("{read:?}").contains("s3cret"));
+        // Another registry's image is read anonymously.
+        assert!(
+            fetcher
+                .read_for("other.example/app:1", &[])
+                .candidates
+                .is_empty()
+        );
     }
 
     #[test]

@@ -64,8 +64,11 @@ const MODELGATE: &str = "modelgate.io/v1alpha1";
 pub const ALL: [&str; 5] = [CACHES, NAMESPACE_CACHES, NODE_GROUPS, PVCS, NODES];
 const KSERVE: &str = "serving.kserve.io/v1alpha1";
 const CORE: &str = "v1";
+/// Read one by one by `images --from-cluster` (a workload's pull credentials).
+pub const SECRETS: &str = "secrets";
+pub const SERVICE_ACCOUNTS: &str = "serviceaccounts";
 /// Plural, kind, namespaced, apiVersion.
-const RESOURCES: [(&str, &str, bool, &str); 7] = [
+const RESOURCES: [(&str, &str, bool, &str); 9] = [
     (CACHES, "LocalModelCache", false, KSERVE),
     (NAMESPACE_CACHES, "LocalModelNamespaceCache", true, KSERVE),
     (NODE_GROUPS, "LocalModelNodeGroup", false, KSERVE),
@@ -73,6 +76,8 @@ const RESOURCES: [(&str, &str, bool, &str); 7] = [
     (PVCS, "PersistentVolumeClaim", true, CORE),
     (NODES, "Node", false, CORE),
     (EXCEPTIONS, "ModelgateException", true, MODELGATE),
+    (SECRETS, "Secret", true, CORE),
+    (SERVICE_ACCOUNTS, "ServiceAccount", true, CORE),
 ];
 
 type Key = (String, String);
@@ -124,6 +129,8 @@ struct Inner {
     down: bool,
     workloads: Workloads,
     reports: Reports,
+    /// (plural, namespace, name) whose GET is refused with 403.
+    forbidden_gets: std::collections::HashSet<(String, String, String)>,
     /// `status` patches are refused with 403 (a ClusterRole without the subresource).
     forbid_status_patches: bool,
 }
@@ -188,6 +195,7 @@ impl FakeApiServer {
             down: false,
             workloads: Workloads::default(),
             reports: Reports::default(),
+            forbidden_gets: Default::default(),
             forbid_status_patches: false,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -279,6 +287,15 @@ impl FakeApiServer {
         r.objects
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// A GET of `plural` `namespace/name` is refused with 403 Forbidden (no `get` permission).
+    pub fn forbid_get(&self, plural: &str, namespace: &str, name: &str) {
+        self.lock().forbidden_gets.insert((
+            plural.to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        ));
     }
 
     pub fn install(&self, plural: &str) {
@@ -503,6 +520,15 @@ fn get_one(inner: &mut Inner, path: &str) -> Option<Response> {
         return None;
     };
     inner.counts.entry(plural.to_string()).or_default().gets += 1;
+    if inner
+        .forbidden_gets
+        .contains(&(plural.to_string(), ns.to_string(), name.to_string()))
+    {
+        let message = format!(
+            "{plural} \"{name}\" is forbidden: User \"fake\" cannot get resource \"{plural}\" in API group \"\" in the namespace \"{ns}\""
+        );
+        return Some(json_response(403, &status(403, "Forbidden", &message)));
+    }
     let found = inner
         .resources
         .get(plural)

@@ -186,7 +186,10 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 /// Counts of each result, as `summary` has them.
 pub fn summary(w: &WorkloadResults) -> Value {
-    let count = |status: Status| w.results.iter().filter(|r| r.status == status).count();
+    let count = |status: Status| {
+        w.results.iter().filter(|r| r.status == status).count()
+            + w.extra.iter().filter(|r| r.status == status).count()
+    };
     json!({
         "pass": count(Status::Pass),
         "fail": count(Status::Fail),
@@ -249,6 +252,18 @@ pub fn report(api: ReportApi, w: &WorkloadResults, at: Timestamp) -> Value {
             );
             Value::Object(result)
         })
+        .chain(w.extra.iter().map(|r| {
+            json!({
+                "policy": POLICY,
+                "rule": r.rule,
+                "result": r.status.as_str(),
+                "severity": r.severity,
+                "message": &*r.message,
+                "scored": true,
+                "source": SOURCE,
+                "timestamp": {"seconds": at.seconds, "nanos": at.nanos},
+            })
+        }))
         .collect();
     let mut report = Map::new();
     report.insert("apiVersion".into(), json!(api.api_version()));

@@ -64,6 +64,9 @@ impl Report {
                 ));
             }
         }
+        if let Some(images) = &self.images {
+            out.push_str(&images_section(images));
+        }
         if !self.exempt.is_empty() {
             let list: Vec<String> = self
                 .exempt
@@ -80,6 +83,35 @@ impl Report {
         }
         out
     }
+}
+
+/// `--images`: the workloads whose `image-user` result is `warn` or `error`, each with why.
+fn images_section(images: &crate::audit::images::ImagesAudit) -> String {
+    use crate::audit::Status;
+    let flagged: Vec<_> = images
+        .results
+        .iter()
+        .filter(|r| matches!(r.status, Status::Warn | Status::Error))
+        .collect();
+    let mut out = format!(
+        "\nIMAGE USER ({} of {} workloads):\n",
+        flagged.len(),
+        images.results.len()
+    );
+    for r in flagged {
+        out.push_str(&format!(
+            "{} {}/{}: {}: {}\n",
+            r.kind,
+            r.namespace,
+            r.name,
+            r.status.as_str(),
+            r.message
+        ));
+    }
+    for note in &images.notes {
+        out.push_str(&format!("note: images: {note}\n"));
+    }
+    out
 }
 
 fn count_row(label: &str, c: Counts) -> [String; 5] {

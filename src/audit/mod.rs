@@ -12,6 +12,7 @@
 //! template exactly, so only the owner is counted.
 
 pub mod cluster;
+pub mod exceptions;
 pub mod images;
 pub mod output;
 pub mod rules;
@@ -648,6 +649,9 @@ pub struct Report {
     /// With `--images`: each workload's `image-user` result, and what was read of the images.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub images: Option<images::ImagesAudit>,
+    /// Every exception of the cluster state, and the workloads each waived a rule for.
+    #[serde(skip_serializing_if = "exceptions::ExceptionUses::is_empty")]
+    pub exceptions: exceptions::ExceptionUses,
     /// Every object's result, only when a report needs them all (JUnit).
     #[serde(skip)]
     pub entries: Option<Vec<ObjectEntry>>,
@@ -768,6 +772,24 @@ impl Report {
                     })
                     .collect(),
                 extra: Vec::new(),
+            });
+        }
+        let mut waivers: Vec<&str> = e
+            .results
+            .iter()
+            .filter_map(|r| r.properties.get(rules::EXCEPTION))
+            .flat_map(|names| names.split(','))
+            .collect();
+        if !waivers.is_empty() {
+            waivers.sort_unstable();
+            waivers.dedup();
+            self.exceptions.add(&target.namespace, &waivers, || {
+                format!(
+                    "{} {}/{}",
+                    target.kind.as_str(),
+                    target.namespace,
+                    target.name
+                )
             });
         }
         self.objects += 1;

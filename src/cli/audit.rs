@@ -357,6 +357,16 @@ impl Auditor<'_> {
 
     fn finish(mut self) -> (Report, Option<Vec<crate::images::ContainerUse>>) {
         self.report.notes.extend(self.skipped.notes());
+        if let (Some(now), Caches::Ready(index) | Caches::NotSynced(index)) =
+            (self.ctx.now, self.ctx.caches)
+        {
+            self.report.exceptions.describe(
+                index,
+                self.ctx.namespaces,
+                now,
+                self.config.max_exception_days,
+            );
+        }
         (self.report, self.containers)
     }
 }

@@ -67,6 +67,9 @@ impl Report {
         if let Some(images) = &self.images {
             out.push_str(&images_section(images));
         }
+        if !self.exceptions.is_empty() {
+            out.push_str(&self.exceptions.table());
+        }
         if !self.exempt.is_empty() {
             let list: Vec<String> = self
                 .exempt

@@ -121,36 +121,103 @@ impl std::str::FromStr for Platform {
     }
 }
 
-/// Credentials by registry host (and port), from a docker `config.json`.
+/// Credentials from a docker `config.json`, looked up for an image as the kubelet's keyring
+/// does (`pkg/credentialprovider`, `BasicDockerKeyring`): an entry's key is a host whose labels
+/// may be globs (`*.azurecr.io`), an optional port that must be the image's, and an optional
+/// path that must start the image's (`registry.example/team`); every matching entry is a
+/// credential to try, the most specific key first; Docker Hub's entry serves the images that
+/// name no registry.
 #[derive(Default)]
 pub struct Credentials {
-    by_registry: HashMap<String, (String, String)>,
+    /// By key, sorted in reverse (a longer key with the same start, and a host before a glob,
+    /// come first, as in the kubelet's index).
+    entries: BTreeMap<std::cmp::Reverse<String>, Vec<(String, String)>>,
     /// What the file holds that is not used (credential helpers, identity tokens).
     pub notes: Vec<String>,
 }
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut hosts: Vec<&String> = self.by_registry.keys().collect();
-        hosts.sort();
-        f.debug_struct("Credentials")
-            .field("registries", &hosts)
-            .finish()
+        let keys: Vec<&String> = self.entries.keys().map(|k| &k.0).collect();
+        f.debug_struct("Credentials").field("keys", &keys).finish()
     }
 }
 
-/// A registry named in `config.json` (`https://index.docker.io/v1/`, `ghcr.io`) as
-/// oci-client names the registry of a reference (`index.docker.io`, `ghcr.io`,
-/// `127.0.0.1:5000`).
+/// Docker Hub, as its `config.json` entry (`https://index.docker.io/v1/`) is keyed.
+const DOCKER_HUB: &str = "index.docker.io";
+
+/// A registry named in `config.json` (`https://index.docker.io/v1/`, `ghcr.io`,
+/// `registry.example:5000/team`) as the kubelet keys it: no scheme, no `/v1` or `/v2` prefix of
+/// the path, and no path at all when only `/` is left.
 fn registry_key(name: &str) -> String {
-    let name = name
+    let rest = name
         .strip_prefix("https://")
         .or_else(|| name.strip_prefix("http://"))
         .unwrap_or(name);
-    let host = name.split('/').next().unwrap_or(name).to_ascii_lowercase();
-    match host.as_str() {
-        "docker.io" | "registry-1.docker.io" => "index.docker.io".to_string(),
-        _ => host,
+    let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let path = if path.starts_with("/v1/") || path.starts_with("/v2/") {
+        &path[3..]
+    } else {
+        path
+    };
+    let host = host.to_ascii_lowercase();
+    match path {
+        "" | "/" => host,
+        _ => format!("{host}{path}"),
+    }
+}
+
+/// A schemeless reference or key split as the kubelet splits its URL: host labels, port, path.
+fn split_location(location: &str) -> (Vec<String>, &str, &str) {
+    let (host_port, path) = location
+        .find('/')
+        .map_or((location, ""), |i| location.split_at(i));
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h, p),
+        _ => (host_port, ""),
+    };
+    let labels = host
+        .to_ascii_lowercase()
+        .split('.')
+        .map(str::to_string)
+        .collect();
+    (labels, port, path)
+}
+
+/// Whether an entry's key matches an image, as the kubelet's `URLsMatch`: the same port, as
+/// many host labels each matching its glob, and the key's path a prefix of the image's.
+fn key_matches(key: &str, image: &str) -> bool {
+    let (key_labels, key_port, key_path) = split_location(key);
+    let (image_labels, image_port, image_path) = split_location(image);
+    key_port == image_port
+        && key_labels.len() == image_labels.len()
+        && image_path.starts_with(key_path)
+        && key_labels
+            .iter()
+            .zip(&image_labels)
+            .all(|(glob, label)| label_matches(glob.as_bytes(), label.as_bytes()))
+}
+
+/// A host label against a glob label: `*` any run of characters, `?` one, the rest literally.
+fn label_matches(glob: &[u8], label: &[u8]) -> bool {
+    match glob.split_first() {
+        None => label.is_empty(),
+        Some((b'*', rest)) => (0..=label.len()).any(|i| label_matches(rest, &label[i..])),
+        Some((&g, rest)) => label
+            .split_first()
+            .is_some_and(|(&l, tail)| (g == b'?' || g == l) && label_matches(rest, tail)),
+    }
+}
+
+/// Whether an image pulls from Docker Hub by its name, as the kubelet decides it: no registry
+/// part (`ubuntu`, `library/ubuntu`), or `docker.io`/`index.docker.io`.
+fn is_docker_hub(image: &str) -> bool {
+    match image.split_once('/') {
+        _ if image.is_empty() => false,
+        None => true,
+        Some((first, _)) => {
+            first == "docker.io" || first == DOCKER_HUB || !first.contains(['.', ':'])
+        }
     }
 }
 
@@ -204,7 +271,11 @@ impl Credentials {
                 None
             };
             if let Some(pair) = pair {
-                creds.by_registry.insert(registry_key(registry), pair);
+                creds
+                    .entries
+                    .entry(std::cmp::Reverse(registry_key(registry)))
+                    .or_default()
+                    .push(pair);
             }
         }
         Ok(creds)
@@ -223,18 +294,30 @@ impl Credentials {
 
     /// Whether it holds no user and password for any registry.
     pub fn is_empty(&self) -> bool {
-        self.by_registry.is_empty()
+        self.entries.is_empty()
     }
 
-    /// The user and password for `registry` (oci-client's name of it: `index.docker.io`,
-    /// `127.0.0.1:5000`).
-    fn lookup(&self, registry: &str) -> Option<&(String, String)> {
-        self.by_registry.get(&registry.to_ascii_lowercase())
+    /// The users and passwords to try for `image` (as the workload writes it), in the
+    /// kubelet's order: every entry whose key matches, the most specific first; else, for an
+    /// image of Docker Hub, its entry.
+    fn lookup(&self, image: &str) -> Vec<&(String, String)> {
+        let matched: Vec<&(String, String)> = self
+            .entries
+            .iter()
+            .filter(|(key, _)| key_matches(&key.0, image))
+            .flat_map(|(_, pairs)| pairs)
+            .collect();
+        if !matched.is_empty() || !is_docker_hub(image) {
+            return matched;
+        }
+        self.entries
+            .get(&std::cmp::Reverse(DOCKER_HUB.to_string()))
+            .map_or_else(Vec::new, |pairs| pairs.iter().collect())
     }
 
     #[cfg(test)]
-    fn auth_for(&self, registry: &str) -> RegistryAuth {
-        match self.lookup(registry) {
+    fn auth_for(&self, image: &str) -> RegistryAuth {
+        match self.lookup(image).first() {
             Some((u, p)) => RegistryAuth::Basic(u.clone(), p.clone()),
             None => RegistryAuth::Anonymous,
         }
@@ -387,21 +470,19 @@ impl Fetcher {
     /// `.dockerconfigjson`), in their order: the secrets' entries for the image's registry,
     /// then `--registry-config`'s, each tried in turn as the kubelet does; none: anonymous.
     pub fn read_for(&self, image: &str, secrets: &[(String, std::sync::Arc<Credentials>)]) -> Read {
-        let registry = image
-            .parse::<Reference>()
-            .map(|r| r.resolve_registry().to_string())
-            .unwrap_or_default();
         let config = (REGISTRY_CONFIG.to_string(), &self.settings.credentials);
         let candidates = secrets
             .iter()
             .map(|(label, c)| (label.clone(), &**c))
             .chain(std::iter::once(config))
-            .filter_map(|(label, c)| {
-                c.lookup(&registry).map(|(user, password)| Candidate {
-                    label,
-                    user: user.clone(),
-                    password: password.clone(),
-                })
+            .flat_map(|(label, c)| {
+                c.lookup(image)
+                    .into_iter()
+                    .map(move |(user, password)| Candidate {
+                        label: label.clone(),
+                        user: user.clone(),
+                        password: password.clone(),
+                    })
             })
             .collect();
         Read {
@@ -784,15 +865,68 @@ mod tests {
             "credHelpers": {"gcr.io": "gcloud"}}"#;
         let c = Credentials::parse(text).unwrap();
         assert_eq!(
-            c.auth_for("index.docker.io"),
+            c.auth_for("ubuntu:24.04"),
             RegistryAuth::Basic("user".into(), "pass".into())
         );
         assert_eq!(
-            c.auth_for("127.0.0.1:5000"),
+            c.auth_for("127.0.0.1:5000/team/app:1"),
             RegistryAuth::Basic("u".into(), "p:q".into())
         );
-        assert_eq!(c.auth_for("ghcr.io"), RegistryAuth::Anonymous);
+        assert_eq!(c.auth_for("ghcr.io/org/app"), RegistryAuth::Anonymous);
         assert_eq!(c.notes.len(), 2);
         assert!(Credentials::parse("[").is_err());
+    }
+
+    /// The kubelet keyring's matching (`pkg/credentialprovider`): globs per host label, the
+    /// port exactly, the key's path a prefix of the image's, the most specific key first, and
+    /// Docker Hub's entry for the images that name no registry.
+    #[test]
+    fn credentials_are_matched_as_the_kubelet_matches_them() {
+        let entry = |user: &str| serde_json::json!({"username": user, "password": "p"});
+        let text = serde_json::json!({"auths": {
+            "quay.io": entry("quay"),
+            "quay.io/coreos": entry("coreos"),
+            "*.azurecr.io": entry("azure"),
+            "k8s.*": entry("k8s-tld"),
+            "app*.example.com": entry("apps"),
+            "registry.example:5000": entry("port"),
+            "registry.example/team": entry("team"),
+            "https://index.docker.io/v1/": entry("hub"),
+        }})
+        .to_string();
+        let c = Credentials::parse(&text).unwrap();
+        let users = |image: &str| -> Vec<String> {
+            c.lookup(image)
+                .into_iter()
+                .map(|(u, _)| u.clone())
+                .collect()
+        };
+        assert_eq!(users("quay.io/coreos/etcd:v3"), ["coreos", "quay"]);
+        assert_eq!(users("quay.io/prometheus/node-exporter"), ["quay"]);
+        assert_eq!(users("myreg.azurecr.io/app:1"), ["azure"]);
+        assert!(
+            users("a.myreg.azurecr.io/app").is_empty(),
+            "a glob is one label"
+        );
+        assert_eq!(users("k8s.io/pause"), ["k8s-tld"]);
+        assert_eq!(users("apps.example.com/x"), ["apps"]);
+        assert!(users("web.example.com/x").is_empty());
+        assert_eq!(users("registry.example:5000/x"), ["port"]);
+        assert!(
+            users("registry.example:5001/x").is_empty(),
+            "the port must be the key's"
+        );
+        assert_eq!(users("registry.example/team/app"), ["team"]);
+        assert!(users("registry.example/other/app").is_empty());
+        for hub in [
+            "ubuntu",
+            "library/ubuntu:24.04",
+            "docker.io/library/ubuntu",
+            "bitnami/redis",
+        ] {
+            assert_eq!(users(hub), ["hub"], "{hub}");
+        }
+        assert!(users("ghcr.io/org/app").is_empty());
+        assert!(users("localhost:5000/app").is_empty());
     }
 }

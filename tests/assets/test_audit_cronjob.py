@@ -165,22 +165,24 @@ def permissions(docs: list[Obj], sa: str, ns: str) -> set[tuple[str, str, str, s
     return out
 
 
-def expected_permissions(report_api: str, namespaces: tuple[str, ...]) -> set[tuple[str, str, str, str]]:
+def expected_permissions(report_api: str, namespaces: tuple[str, ...], images: bool = False) -> set[tuple[str, str, str, str]]:
     scopes = namespaces or ("*",)
     group, resource = REPORTS[report_api]
     return (
         {("*", g, r, "list") for g, r in CLUSTER_READS}
         | {(s, g, r, "list") for s in scopes for g, r in WORKLOADS}
         | {(s, group, resource, v) for s in scopes for v in WRITE_VERBS}
+        # --images: each workload's pull secrets, its own or its ServiceAccount's.
+        | {(s, "", r, "get") for s in scopes for r in ("secrets", "serviceaccounts") if images}
     )
 
 
-def audit_rbac(path, report_api: str, namespaces: tuple[str, ...] = ()) -> None:
+def audit_rbac(path, report_api: str, namespaces: tuple[str, ...] = (), images: bool = False) -> None:
     docs = load(path)
     _, pod, _ = audit_container(docs)
     ns = one(docs, "CronJob")["metadata"]["namespace"]
     got = permissions(docs, pod["serviceAccountName"], ns)
-    want = expected_permissions(report_api, namespaces)
+    want = expected_permissions(report_api, namespaces, images)
     expect(got == want, f"audit RBAC: extra {sorted(got - want)}, missing {sorted(want - got)}")
 
 
@@ -229,6 +231,32 @@ def test_audit_namespaces_get_roles_of_their_own(namespaced) -> None:
     only (a Role each); the cluster-wide reads stay in the ClusterRole."""
     audit_cronjob(namespaced, "openreports", ("team-a", "team-b"))
     audit_rbac(namespaced, "openreports", ("team-a", "team-b"))
+
+
+@pytest.mark.parametrize("namespaces", [(), ("team-a",)])
+def test_audit_images_reads_pull_secrets_where_it_lists_workloads(assets: Assets, namespaces: tuple[str, ...]) -> None:
+    """audit.images: `--images`, get on Secrets and ServiceAccounts wherever the workloads are
+    listed (no more), and the nodes' credentials mounted from a Secret as --registry-config."""
+    scope = ["--set", "audit.namespaces={" + ",".join(namespaces) + "}"] if namespaces else []
+    path = assets.render(
+        f"audit-images-{len(namespaces)}", *AUDIT_ON, *scope,
+        "--set", "audit.images.enabled=true,audit.images.registryConfigSecret=node-pull-creds",
+    )  # fmt: skip
+    assets.validate(path)
+    audit_rbac(path, "openreports", namespaces, images=True)
+    _, pod, c = audit_container(load(path))
+    config = "/etc/modelgate/registry/.dockerconfigjson"
+    assert "--images" in c["args"] and f"--registry-config={config}" in c["args"], c["args"]
+    [mount] = [m for m in c["volumeMounts"] if m["name"] == "registry-config"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "registry-config"]
+    assert volume["secret"]["secretName"] == "node-pull-creds"
+    assert f"{mount['mountPath']}/{volume['secret']['items'][0]['path']}" == config
+    # Without it: no --images, no Secret read.
+    plain = assets.render("audit-images-off", *AUDIT_ON, "--set", "audit.images.registryConfigSecret=node-pull-creds")
+    _, pod, c = audit_container(load(plain))
+    assert "--images" not in c["args"] and not [a for a in c["args"] if a.startswith("--registry-config")]
+    assert "volumes" not in pod
+    audit_rbac(plain, "openreports")
 
 
 def test_audit_knobs(assets: Assets) -> None:

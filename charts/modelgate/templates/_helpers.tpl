@@ -132,6 +132,12 @@ of audit.reportApi only.
   resources: ["reports"]
 {{- end }}
   verbs: ["create", "patch", "list", "delete"]
+{{- if .Values.audit.images.enabled }}
+{{- /* --images: each workload's pull secrets, its own or its ServiceAccount's, one get each. */}}
+- apiGroups: [""]
+  resources: ["secrets", "serviceaccounts"]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{- define "modelgate.image" -}}

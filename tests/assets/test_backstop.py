@@ -121,7 +121,12 @@ def test_the_charts_objects_pass_the_schema_strictly(assets: Assets) -> None:
 
 
 def hooks_of(path: Path) -> list[dict]:
-    return [h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for c in of_kind(load(str(path)), kind) for h in c["webhooks"]]
+    return [
+        h
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for c in of_kind(load(str(path)), kind)
+        for h in c["webhooks"]
+    ]
 
 
 def test_the_backstop_makes_ignore_the_webhooks_default(assets: Assets) -> None:

@@ -458,12 +458,7 @@ fn the_workloads_of_the_cluster_are_read_with_list_calls() {
     registry.push("served:1", Some("1001"), "amd64");
     let served = format!("{}/served:1", registry.host);
     // The fake API server's tasks run on this runtime's workers while the binary runs.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = rt.block_on(support::fake_apiserver::FakeApiServer::start(&[]));
+    let (api, rt) = fake_cluster();
     api.add_workload("deployments", deployment("in-cluster", &[&served]));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
@@ -521,13 +516,8 @@ fn cluster_with_pull_secrets(
     support::fake_apiserver::FakeApiServer,
     tokio::runtime::Runtime,
 ) {
-    use support::fake_apiserver::{FakeApiServer, SECRETS, SERVICE_ACCOUNTS};
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = rt.block_on(FakeApiServer::start(&[]));
+    use support::fake_apiserver::{SECRETS, SERVICE_ACCOUNTS};
+    let (api, rt) = fake_cluster();
     // The new format, the old one (no `auths`), a malformed one; `absent` is named, not there.
     api.apply(
         SECRETS,
@@ -622,6 +612,20 @@ fn cluster_with_pull_secrets(
                      "containers": [{"name": "c0", "image": image}]},
         }),
     );
+    (api, rt)
+}
+
+/// The fake API server, with the runtime its tasks run on while the binary runs (keep both).
+fn fake_cluster() -> (
+    support::fake_apiserver::FakeApiServer,
+    tokio::runtime::Runtime,
+) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = rt.block_on(support::fake_apiserver::FakeApiServer::start(&[]));
     (api, rt)
 }
 
@@ -834,12 +838,7 @@ fn an_image_read_anonymously_is_not_read_again_with_credentials() {
     let registry = Registry::start(&bin, None);
     registry.push("pub:1", Some("1000:1000"), "amd64");
     let public = format!("{}/pub:1", registry.host);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = rt.block_on(support::fake_apiserver::FakeApiServer::start(&[]));
+    let (api, rt) = fake_cluster();
     api.apply(
         support::fake_apiserver::SECRETS,
         pull_secret(

@@ -69,6 +69,15 @@ pub struct BackstopArgs {
     #[arg(long, value_name = "FILE", env = "MODELGATE_BACKSTOP_PREVIOUS_VALUES")]
     pub previous_values: Option<PathBuf>,
 
+    /// Also print, after the ValidatingAdmissionPolicy and its binding, the
+    /// MutatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes
+    /// 1.36): on Pod and Job CREATE, in the namespaces the policy is bound to, it sets what
+    /// /mutate sets of non-root (runAsNonRoot, and runAsUser/runAsGroup where /mutate would set
+    /// them) and records it in the annotation modelgate.io/set-by-policy. Refused (exit 2) with
+    /// --previous-values whose non-root settings differ from these.
+    #[arg(long)]
+    pub mutating: bool,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -127,9 +136,31 @@ impl BackstopArgs {
     }
 }
 
+/// Why `backstop` prints nothing: a usage error (exit 2) or another failure (exit 1).
+#[derive(Debug)]
+pub enum RenderError {
+    /// The flags ask for a MutatingAdmissionPolicy that would not agree with /mutate.
+    Usage(backstop::mutating::MutatingError),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for RenderError {
+    fn from(e: anyhow::Error) -> Self {
+        RenderError::Other(e)
+    }
+}
+
 /// The objects as a YAML stream, one document each.
 pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
+    render_objects(args).map_err(|e| match e {
+        RenderError::Usage(e) => anyhow::Error::new(e),
+        RenderError::Other(e) => e,
+    })
+}
+
+fn render_objects(args: BackstopArgs) -> Result<String, RenderError> {
     let previous = args.previous_values.clone();
+    let mutating = args.mutating;
     let (cfg, selection) = args.into_parts();
     let previous = match previous {
         Some(path) => {
@@ -140,10 +171,19 @@ pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
         }
         None => cfg.clone(),
     };
+    let mut objects = backstop::objects_across_upgrade(&cfg, &previous, &selection)
+        .map_err(anyhow::Error::new)?
+        .to_vec();
+    if mutating {
+        objects.extend(
+            backstop::mutating::objects_across_upgrade(&cfg, &previous, &selection)
+                .map_err(RenderError::Usage)?,
+        );
+    }
     let mut out = String::new();
-    for object in backstop::objects_across_upgrade(&cfg, &previous, &selection)? {
+    for object in objects {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&object)?);
+        out.push_str(&serde_saphyr::to_string(&object).map_err(anyhow::Error::new)?);
         if !out.ends_with('\n') {
             out.push('\n');
         }
@@ -152,7 +192,7 @@ pub fn render(args: BackstopArgs) -> anyhow::Result<String> {
 }
 
 pub fn run(args: BackstopArgs) -> ExitCode {
-    match render(args) {
+    match render_objects(args) {
         Ok(text) => {
             let mut stdout = std::io::stdout().lock();
             match stdout
@@ -166,7 +206,11 @@ pub fn run(args: BackstopArgs) -> ExitCode {
                 }
             }
         }
-        Err(e) => {
+        Err(RenderError::Usage(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(RenderError::Other(e)) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from k8s import load, of_kind, one, policy_flags, selector_matches
-from tools import NS, Assets, run
+from tools import NS, REPO, Assets, run
 
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+MUTATING_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
 
 def binary(modelgate_bin: Path, work: Path, name: str, *args: str) -> Path:
@@ -39,6 +41,23 @@ def test_the_binarys_objects_pass_the_schema_strictly(assets: Assets, modelgate_
     assert one(docs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == ["Deny"]
 
 
+def test_the_mutating_policy_passes_the_schema_strictly(assets: Assets, modelgate_bin: Path) -> None:
+    """`backstop --mutating` adds the MutatingAdmissionPolicy and its binding (docs/policy.md,
+    "The MAP"), admissionregistration.k8s.io/v1 from Kubernetes 1.36: checked against the newest
+    schema only (the older one has no v1 MutatingAdmissionPolicy)."""
+    path = binary(modelgate_bin, assets.work, "mutating", "--mutating")
+    docs = load(str(path))
+    assert [d["kind"] for d in docs] == [*KINDS, "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    r = run(assets.tool("kubernetes-validate"), "--strict", "-k", "1.37.0", path)
+    assert r.stdout.count("passed for resource") == 4, r.stdout + r.stderr
+    policy = one(docs, "MutatingAdmissionPolicy")
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    assert policy["spec"]["reinvocationPolicy"] == "IfNeeded"
+    assert "paramKind" not in policy["spec"]
+    vap = one(docs, "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConditions"] == vap["spec"]["matchConditions"]
+
+
 def test_the_help_says_what_it_prints(modelgate_bin: Path) -> None:
     out = run(modelgate_bin, "backstop", "--help").stdout
     assert "ValidatingAdmissionPolicy" in out and "--default-mode" in out and "--opt-in-label" in out
@@ -53,6 +72,12 @@ VALUES = {
         "initContainer.user=4242,cacheVolume=weights,cacheMountPath=/var/cache/models",
         "--set-string",
         "initContainer.image=registry.example/busybox:1.36",
+    ],
+    "what the mutating policy reads": [
+        "--set",
+        "runAsUser=2000,runAsGroup=3000,podSecurityDefault=restricted",
+        "--set",
+        "prepVolumeTypes={nfs},prepHostPaths={/mnt/models/},prepStorageClasses={local-path}",
     ],
     "exemptions and priority classes": [
         "--set",
@@ -77,10 +102,13 @@ VALUES = {
 
 @pytest.mark.parametrize("name", VALUES)
 def test_the_chart_renders_what_the_binary_prints(assets: Assets, modelgate_bin: Path, name: str) -> None:
-    rendered = assets.render(f"backstop-{name}", "--set", "backstop.enabled=true", *VALUES[name])
+    """The ValidatingAdmissionPolicy, the MutatingAdmissionPolicy and their bindings: the
+    binary's objects for the flags the chart gives `serve`."""
+    rendered = assets.render(f"backstop-both-{name}", "--set", "backstop.enabled=true,backstop.mutating=true", *VALUES[name])
     docs = load(str(rendered))
-    chart = [d for d in docs if d["kind"] in KINDS]
-    assert [d["kind"] for d in chart] == list(KINDS)
+    order = [*KINDS, *MUTATING_KINDS]
+    chart = sorted((d for d in docs if d["kind"] in order), key=lambda d: order.index(d["kind"]))
+    assert [d["kind"] for d in chart] == order
     # The binary gets the flags the chart gives `serve`, and the chart's names.
     known = run(modelgate_bin, "backstop", "--help").stdout
     flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known and k not in ("--exempt-namespace", "--workload-kinds")]
@@ -107,6 +135,7 @@ def test_the_chart_renders_what_the_binary_prints(assets: Assets, modelgate_bin:
         NS,
         "--service-account",
         sa,
+        "--mutating",
     )
     printed = load(str(out))
     for got, want in zip(chart, printed, strict=True):
@@ -199,22 +228,58 @@ def test_auto_installs_the_backstop_where_the_cluster_serves_it(assets: Assets) 
     assert not [d for d in off if d["kind"] in KINDS]
 
 
+def test_the_generated_backstop_files_are_the_scripts_output(assets: Assets, modelgate_bin: Path) -> None:
+    """scripts/backstop-files.sh writes the three files that are the binary's output (the two
+    kustomize components' and the chart's MutatingAdmissionPolicy); the committed ones are what
+    it writes now, to the byte."""
+    out = assets.work / "backstop-files"
+    run(REPO / "scripts" / "backstop-files.sh", modelgate_bin, out)
+    for path in (
+        "manifests/components/backstop/backstop.yaml",
+        "manifests/components/backstop-mutating/backstop-mutating.yaml",
+        "charts/modelgate/files/backstop-mutating.yaml",
+    ):
+        assert (out / path).read_text() == (REPO / path).read_text(), f"{path}: run scripts/backstop-files.sh"
+
+
+def test_auto_adds_the_mutating_policy_where_the_cluster_serves_it(assets: Assets) -> None:
+    """backstop.mutating defaults to auto: with the backstop, on where the API server serves
+    MutatingAdmissionPolicy v1 (Kubernetes 1.36+); never without the backstop."""
+    vap = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+    def kinds(name: str, *args: str) -> list[str]:
+        return sorted(d["kind"] for d in load(str(assets.render(name, *args))) if d["kind"] in (*KINDS, *MUTATING_KINDS))
+
+    assert kinds("map-auto-both", "--api-versions", vap, "--api-versions", MAP_API) == sorted((*KINDS, *MUTATING_KINDS))
+    assert kinds("map-auto-vap-only", "--api-versions", vap) == sorted(KINDS)
+    assert kinds("map-off", "--api-versions", vap, "--api-versions", MAP_API, "--set", "backstop.mutating=false") == sorted(KINDS)
+    assert kinds("map-without-backstop", "--set", "backstop.enabled=false,backstop.mutating=true") == []
+
+
+def test_the_charts_mutating_policy_passes_the_schema_strictly(assets: Assets) -> None:
+    path = assets.render("map-schema", "--set", "backstop.enabled=true,backstop.mutating=true")
+    assert len([d for d in load(str(path)) if d["kind"] in MUTATING_KINDS]) == 2
+    assets.validate(path)
+
+
 def test_the_kustomize_component_is_the_binarys_output_for_the_base_policy(assets: Assets, modelgate_bin: Path) -> None:
-    component = assets.manifests / "components" / "backstop"
+    components = assets.manifests / "components"
     overlay = assets.work / "overlay-backstop"
     overlay.mkdir(exist_ok=True)
     rel = os.path.relpath(assets.manifests, overlay)
     (overlay / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{rel}/base]\ncomponents: [{rel}/components/backstop]\n"
+        f"resources: [{rel}/base]\ncomponents: [{rel}/components/backstop, {rel}/components/backstop-mutating]\n"
     )
     rendered = assets.work / "k-backstop.yaml"
     rendered.write_text(run(assets.tool("kubectl"), "kustomize", overlay).stdout)
     docs = load(str(rendered))
     known = run(modelgate_bin, "backstop", "--help").stdout
     flags = [f"{k}={v}" for k, v in policy_flags(docs).items() if f"{k} " in known]
-    printed = load(str(binary(modelgate_bin, assets.work, "base", *flags, "--namespace", NS)))
-    assert load(str(component / "backstop.yaml")) == printed
+    printed = load(str(binary(modelgate_bin, assets.work, "base", *flags, "--namespace", NS, "--mutating")))
+    assert load(str(components / "backstop" / "backstop.yaml")) == printed[:2]
+    assert load(str(components / "backstop-mutating" / "backstop-mutating.yaml")) == printed[2:]
+    assert [d["kind"] for d in printed[2:]] == list(MUTATING_KINDS)
     hooks = [
         h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for c in of_kind(docs, kind) for h in c["webhooks"]
     ]

@@ -402,6 +402,11 @@ impl Drop for Permit {
 /// evaluates every case with it, one process per version. Panics on a compile error, on output
 /// it cannot read, or when the binaries are missing (call [`tools_dir`] first to skip instead).
 pub fn evaluate(vap: &Value, cases: &[Case]) -> Evaluation {
+    evaluate_in(&VERSIONS, vap, cases)
+}
+
+/// [`evaluate`] in the given versions only (each of [`VERSIONS`]).
+pub fn evaluate_in(versions: &[Version], vap: &Value, cases: &[Case]) -> Evaluation {
     let dir = tools_dir().unwrap_or_else(|| {
         panic!("kube-apiserver's CEL evaluator is missing ({DIR_ENV}, or .inputs/kube-cel: scripts/inputs.sh)")
     });
@@ -430,7 +435,7 @@ pub fn evaluate(vap: &Value, cases: &[Case]) -> Evaluation {
         })
         .collect();
     let outputs: Vec<(Version, String)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = VERSIONS
+        let handles: Vec<_> = versions
             .iter()
             .map(|version| {
                 let (dir, vap_path, files) = (&dir, &vap_path, &files);
@@ -715,4 +720,208 @@ pub fn match_conditions_policy(conditions: &Value) -> Value {
             "validations": [{"expression": "true"}],
         },
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MutatingAdmissionPolicy of kube-apiserver 1.36 (`map136`)
+// ---------------------------------------------------------------------------------------------
+
+/// The binary that applies a MutatingAdmissionPolicy as kube-apiserver 1.36 does.
+pub const MAP_BINARY: &str = "map136";
+
+/// The directory of `map136` ([`tools_dir`]'s), or `None` (the test is skipped) when it is
+/// missing, a failure under `MODELGATE_REQUIRE_TOOLS=1`.
+pub fn map_tools_dir() -> Option<PathBuf> {
+    let dir = tools_dir()?;
+    if dir.join(MAP_BINARY).is_file() {
+        Some(dir)
+    } else {
+        required::missing(&format!(
+            "kube-apiserver's MutatingAdmissionPolicy plugin ({MAP_BINARY} in {})",
+            dir.display()
+        ));
+        None
+    }
+}
+
+/// What the MAP did to one case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapResult {
+    Patched,
+    Unchanged,
+    /// The request is rejected with this message.
+    Error(String),
+}
+
+/// One case after the MAP.
+#[derive(Clone, Debug)]
+pub struct MapRun {
+    pub name: String,
+    pub result: MapResult,
+    /// The object after the policy (and its reinvocation), as kube-apiserver serializes the
+    /// typed object; the case's object on an error.
+    pub object: Value,
+    /// The actual cost of each mutation run (`mutation[0]`, `(reinvoked) mutation[0]`) and of
+    /// the matchConditions.
+    pub costs: Vec<(String, u64)>,
+    /// `ignored (failurePolicy Ignore): …` lines: errors a `failurePolicy: Ignore` skipped.
+    pub ignored: Vec<String>,
+    /// The case's block of the output.
+    pub raw: String,
+}
+
+/// The result of [`apply_map`]: the compile times, and the cases in the order given.
+#[derive(Clone, Debug)]
+pub struct MapEvaluation {
+    pub create_time: Duration,
+    pub runtime: Duration,
+    pub runs: Vec<MapRun>,
+}
+
+/// Compiles `map` (the MutatingAdmissionPolicy object) with `map136` and applies it to every
+/// case, all in one process. Panics on a compile error, on output it cannot read, or when the
+/// binary is missing (call [`map_tools_dir`] first to skip instead).
+pub fn apply_map(map: &Value, cases: &[Case]) -> MapEvaluation {
+    let dir = map_tools_dir().unwrap_or_else(|| {
+        panic!("{MAP_BINARY} is missing ({DIR_ENV}, or .inputs/kube-cel: scripts/inputs.sh)")
+    });
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let work = if std::env::var_os(KEEP_ENV).is_some() {
+        let kept = work.keep();
+        println!(
+            "{KEEP_ENV}: the MAP and its cases are in {}",
+            kept.display()
+        );
+        Kept::Dir(kept)
+    } else {
+        Kept::Temp(work)
+    };
+    let map_path = work.path().join("map.json");
+    std::fs::write(&map_path, serde_json::to_vec(map).unwrap()).unwrap();
+    let width = cases.len().to_string().len().max(5);
+    let files: Vec<PathBuf> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let path = work.path().join(format!("case-{i:0width$}.json"));
+            std::fs::write(&path, serde_json::to_vec(&case.to_json()).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    let binary = dir.join(MAP_BINARY);
+    let out = {
+        let _permit = Permit::take();
+        Command::new(&binary)
+            .env_clear()
+            .arg(&map_path)
+            .args(&files)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: cannot run: {e}", binary.display()))
+    };
+    let output = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        panic!(
+            "{} exited with {}:\n{}\n{output}",
+            binary.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse_map(&output, cases)
+}
+
+fn parse_map(output: &str, cases: &[Case]) -> MapEvaluation {
+    let fail =
+        |what: &str| -> ! { panic!("{MAP_BINARY}: {what}\n--- output ---\n{output:.20000}") };
+    let mut times = Vec::new();
+    let mut errors = Vec::new();
+    let mut blocks: Vec<Vec<&str>> = Vec::new();
+    for line in output.lines() {
+        if line.trim().is_empty() || line.starts_with("== ") {
+            continue;
+        }
+        if let Some(rest) = line
+            .strip_prefix("-- create-time compile (NewExpressions) took ")
+            .or_else(|| line.strip_prefix("-- runtime compile (StoredExpressions) took "))
+        {
+            let (time, count) = rest
+                .split_once(": ")
+                .unwrap_or_else(|| fail(&format!("a compile line: {line}")));
+            times.push(parse_go_duration(time).unwrap_or_else(|| fail(line)));
+            if !count.starts_with("0 error") {
+                errors.push(line.to_string());
+            }
+            continue;
+        }
+        if line.starts_with("-- case ") {
+            blocks.push(vec![line]);
+            continue;
+        }
+        match blocks.last_mut() {
+            Some(block) => block.push(line),
+            None if line.trim_start().starts_with("ERROR") => errors.push(line.to_string()),
+            None => {}
+        }
+    }
+    if !errors.is_empty() {
+        panic!(
+            "the MAP does not compile in kube-apiserver 1.36:\n{}",
+            errors.join("\n")
+        );
+    }
+    if times.len() != 2 || blocks.len() != cases.len() {
+        fail(&format!(
+            "{} compiles, {} cases evaluated, {} given",
+            times.len(),
+            blocks.len(),
+            cases.len()
+        ));
+    }
+    let runs = blocks
+        .into_iter()
+        .zip(cases)
+        .map(|(block, case)| {
+            let mut result = None;
+            let mut object = None;
+            let mut costs = Vec::new();
+            let mut ignored = Vec::new();
+            for line in &block[1..] {
+                let text = line.trim();
+                if let Some(r) = text.strip_prefix("result: ") {
+                    result = Some(match r {
+                        "PATCHED" => MapResult::Patched,
+                        "UNCHANGED" => MapResult::Unchanged,
+                        other => MapResult::Error(
+                            other.strip_prefix("ERROR ").unwrap_or(other).to_string(),
+                        ),
+                    });
+                } else if let Some(o) = text.strip_prefix("object: ") {
+                    object =
+                        Some(serde_json::from_str(o).unwrap_or_else(|e| {
+                            fail(&format!("the object of {}: {e}", case.name))
+                        }));
+                } else if text.starts_with("ignored") {
+                    ignored.push(text.to_string());
+                } else if let Some((what, rest)) = text.split_once(" cost=") {
+                    let cost = rest.split(' ').next().and_then(|c| c.parse().ok());
+                    if let Some(cost) = cost {
+                        costs.push((what.to_string(), cost));
+                    }
+                }
+            }
+            MapRun {
+                name: case.name.clone(),
+                result: result.unwrap_or_else(|| fail(&format!("no result for {}", case.name))),
+                object: object.unwrap_or_else(|| fail(&format!("no object for {}", case.name))),
+                costs,
+                ignored,
+                raw: block.join("\n"),
+            }
+        })
+        .collect();
+    MapEvaluation {
+        create_time: times[0],
+        runtime: times[1],
+        runs,
+    }
 }

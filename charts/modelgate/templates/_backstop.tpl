@@ -187,3 +187,82 @@ with findings is named and the others counted.
 {{- end -}}
 {{- toJson $steps -}}
 {{- end -}}
+
+{{/*
+The backstop's matchConditions, the webhooks' own (docs/policy.md section 13), for the
+ValidatingAdmissionPolicy and the MutatingAdmissionPolicy alike: the binary's text.
+*/}}
+{{- define "modelgate.backstopMatchConditions" -}}
+- name: exclude-mirror-pods
+  expression: |-
+    request.kind.kind != 'Pod' || !has(object.metadata.annotations) || !('kubernetes.io/config.mirror' in object.metadata.annotations)
+- name: exclude-unchanged-pod-template
+  expression: |-
+    !(request.kind.group + '/' + request.kind.kind in ['apps/Deployment', 'apps/StatefulSet', 'apps/DaemonSet', 'apps/ReplicaSet', '/ReplicationController', 'batch/CronJob']) || request.operation != 'UPDATE' || (request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec.template != oldObject.spec.jobTemplate.spec.template : object.spec.template != oldObject.spec.template)
+- name: only-pod-updates-that-change-init-images
+  expression: |-
+    request.kind.kind != 'Pod' || request.operation != 'UPDATE' || request.?subResource.orValue('') != '' || (has(object.spec.initContainers) && has(oldObject.spec.initContainers) && object.spec.initContainers.map(c, has(c.image) ? c.image : '') != oldObject.spec.initContainers.map(c, has(c.image) ? c.image : ''))
+- name: exclude-own-service-account
+  expression: >-
+    request.userInfo.?username.orValue('') != 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "modelgate.serviceAccountName" . }}'
+- name: exclude-exempt-namespaces
+  expression: >-
+    !(request.?namespace.orValue('') in {{ include "modelgate.exemptNamespaces" . | replace "\"" "'" }})
+{{- with .Values.matchConditions.excludePriorityClasses }}
+- name: exclude-priority-classes
+  expression: |-
+    !(request.kind.group + '/' + request.kind.kind in ['/Pod', 'batch/Job', 'apps/Deployment', 'apps/StatefulSet', 'apps/DaemonSet', 'apps/ReplicaSet', '/ReplicationController', 'batch/CronJob']) || (request.kind.kind == 'Pod' ? !has(object.spec.priorityClassName) || !(object.spec.priorityClassName in {{ toJson . }}) : (request.kind.kind == 'CronJob' ? !has(object.spec.jobTemplate.spec.template.spec.priorityClassName) || !(object.spec.jobTemplate.spec.template.spec.priorityClassName in {{ toJson . }}) : !has(object.spec.template.spec.priorityClassName) || !(object.spec.template.spec.priorityClassName in {{ toJson . }})))
+{{- end }}
+{{- end -}}
+
+{{/*
+The namespaces both backstop bindings select: the webhooks' own, in enforce (docs/policy.md
+section 9: a mode label that is none of the others, or none at all when defaultMode is
+enforce), and not opened for exceptions, which the policies cannot see (docs/exceptions.md).
+*/}}
+{{- define "modelgate.backstopBindingSelector" -}}
+{{- $selector := include "modelgate.namespaceSelector" . | fromYaml -}}
+{{- $modes := list -}}
+{{- if ne .Values.defaultMode "enforce" -}}
+{{- $modes = append $modes (dict "key" "modelgate.io/mode" "operator" "Exists") -}}
+{{- end -}}
+{{- $modes = append $modes (dict "key" "modelgate.io/mode" "operator" "NotIn" "values" (list "warn" "audit" "off")) -}}
+{{- $closed := list (dict "key" "modelgate.io/exceptions" "operator" "NotIn" "values" (list "allowed")) -}}
+{{- $_ := set $selector "matchExpressions" (concat $selector.matchExpressions $modes $closed) -}}
+{{- toYaml $selector -}}
+{{- end -}}
+
+{{/* Whether the MutatingAdmissionPolicy is rendered: with the backstop, where the cluster serves it (auto). */}}
+{{- define "modelgate.backstopMutatingEnabled" -}}
+{{- if ne (include "modelgate.backstopEnabled" .) "true" -}}
+false
+{{- else if eq (toString .Values.backstop.mutating) "auto" -}}
+{{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- else -}}
+{{- toString .Values.backstop.mutating -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The settings the MutatingAdmissionPolicy reads, by variable name, each one literal as the
+binary writes it (crates/modelgate-core/src/backstop/mutating.rs, settings): none is -1.
+*/}}
+{{- define "modelgate.backstopMutatingSettings" -}}
+{{- $prefixes := list -}}
+{{- range .Values.prepHostPaths }}{{ $prefixes = append $prefixes (clean .) }}{{ end -}}
+{{- $id := dict -}}
+{{- range $k, $v := dict "runAsUser" .Values.runAsUser "runAsGroup" .Values.runAsGroup -}}
+{{- $_ := set $id $k (ternary "-1" (include "modelgate.idOrNone" $v) (eq (include "modelgate.idOrNone" $v) "none")) -}}
+{{- end -}}
+{{- dict
+  "prepAlways" (printf "%t" (eq .Values.modelCachePrep "always"))
+  "defaultCacheVolume" (.Values.cacheVolume | toJson)
+  "initContainerUser" (printf "%d" (int64 .Values.initContainer.user))
+  "podSecurityDefault" (printf "'%s'" .Values.podSecurityDefault)
+  "prepVolumeTypes" (.Values.prepVolumeTypes | toJson)
+  "prepHostPaths" ($prefixes | toJson)
+  "runAsUser" $id.runAsUser
+  "runAsGroup" $id.runAsGroup
+  "prepStorageClasses" (.Values.prepStorageClasses | toJson)
+  | toJson -}}
+{{- end -}}

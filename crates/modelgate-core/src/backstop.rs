@@ -33,6 +33,8 @@ use crate::kinds::{Completeness, KindEntry, Scope, Shape, Step, WorkloadKind, Wo
 use crate::namespaces::{MODE_LABEL, Mode, POD_SECURITY_ENFORCE_LABEL};
 use crate::policy::cache_prep;
 
+pub mod mutating;
+
 /// The policy's name when nothing else is asked for.
 pub const DEFAULT_NAME: &str = "modelgate-backstop";
 

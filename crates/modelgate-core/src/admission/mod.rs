@@ -741,6 +741,10 @@ impl<'a> DecodedObject<'a> {
         let missing =
             |field: &str| Denial::single(Rule::Schema, field, "is missing", DECODE_ADVICE);
         let (meta_path, spec_path) = self.pod_paths();
+        let own = match self {
+            DecodedObject::Pod(p) => p.metadata.as_ref(),
+            DecodedObject::Job(j) => j.metadata.as_ref(),
+        };
         let (metadata, spec) = match (self, self.template()) {
             (DecodedObject::Pod(p), (_, spec_field)) => (
                 p.metadata.as_ref(),
@@ -759,6 +763,7 @@ impl<'a> DecodedObject<'a> {
             claims: claims.into(),
             prep_withheld: Default::default(),
             annotations: metadata.and_then(|m| m.annotations.as_ref()),
+            object_annotations: own.and_then(|m| m.annotations.as_ref()),
             labels: metadata.and_then(|m| m.labels.as_ref()),
             has_metadata: metadata.is_some(),
             spec,

@@ -430,6 +430,7 @@ impl<'a> TemplateView<'a> {
             claims: Some(claims),
             prep_withheld: Default::default(),
             annotations: metadata.and_then(|m| m.annotations.as_ref()),
+            object_annotations: None,
             labels: metadata.and_then(|m| m.labels.as_ref()),
             has_metadata: metadata.is_some(),
             spec,

@@ -649,6 +649,7 @@ mod tests {
             exceptions: Default::default(),
             waivers: Default::default(),
             annotations: None,
+            object_annotations: None,
             labels: None,
             has_metadata: true,
             spec: &spec,

@@ -21,9 +21,12 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use model_cache::Caches;
+pub use nonroot::SET_BY_POLICY;
+pub(crate) use nonroot::{POD_FIELDS, container_entry, pod_entry};
 pub use root_equivalent::Findings;
 pub use validate::{Checks, Denial, Violation};
 pub(crate) use validate::{EphemeralScope, StoredEphemeral};
+pub(crate) use workload::ContainerList;
 pub(crate) use workload::Workload;
 
 use crate::cache::{MissReason, Resolved};
@@ -336,10 +339,25 @@ fn set_security_fields(
     exists: bool,
     fields: Vec<(&'static str, Scalar, Rule)>,
 ) {
+    set_security_fields_but(m, object, exists, fields, &[]);
+}
+
+/// [`set_security_fields`], where the fields named in `already` are reported as set but left
+/// out of the patch: modelgate's MutatingAdmissionPolicy set them (docs/policy.md §13, "The
+/// MAP").
+fn set_security_fields_but(
+    m: &mut Mutation,
+    object: &FieldPath,
+    exists: bool,
+    fields: Vec<(&'static str, Scalar, Rule)>,
+    already: &[&str],
+) {
     let mut members = Vec::with_capacity(fields.len());
     for (key, value, rule) in fields {
         m.changes.push(Change::set(rule, object.key(key), value));
-        members.push((key, value));
+        if !already.contains(&key) {
+            members.push((key, value));
+        }
     }
     // In key order, as the API server would write the object.
     members.sort_by_key(|(key, _)| *key);
@@ -357,31 +375,44 @@ pub(crate) fn mutate_create(
     let mut m = Mutation::default();
     let prep_managed = cache_prep::is_managed(w, cfg);
 
-    // 1. The pod's security context, in one operation so later ones find it in place.
+    // 1. The pod's security context, in one operation so later ones find it in place. What
+    // modelgate's MutatingAdmissionPolicy set already (its annotation) is reported as set here,
+    // so that the answer is the same whether it ran first or not (docs/policy.md §13).
+    let mut mark = nonroot::SetByPolicy::read(w);
     let identity = nonroot::pod_identity(w, cfg, prep_managed);
+    let by_policy = mark
+        .as_mut()
+        .map(|mark| mark.pod_fields(w, cfg, prep_managed))
+        .unwrap_or_default();
     let fs_group = cache_prep::fs_group_to_set(w, cfg);
     let mut fields = Vec::new();
-    if identity.run_as_non_root {
-        fields.push(("runAsNonRoot", Scalar::Bool(true), Rule::NonRoot));
+    let mut already = Vec::new();
+    let [non_root, user, group] = nonroot::POD_FIELDS;
+    if identity.run_as_non_root || by_policy.run_as_non_root {
+        fields.push((non_root, Scalar::Bool(true), Rule::NonRoot));
+        already.extend(by_policy.run_as_non_root.then_some(non_root));
     }
-    if let Some(uid) = identity.run_as_user {
-        fields.push(("runAsUser", Scalar::Int(uid), Rule::NonRoot));
+    if let Some(uid) = identity.run_as_user.or(by_policy.run_as_user) {
+        fields.push((user, Scalar::Int(uid), Rule::NonRoot));
+        already.extend(by_policy.run_as_user.map(|_| user));
     }
-    if let Some(gid) = identity.run_as_group {
-        fields.push(("runAsGroup", Scalar::Int(gid), Rule::NonRoot));
+    if let Some(gid) = identity.run_as_group.or(by_policy.run_as_group) {
+        fields.push((group, Scalar::Int(gid), Rule::NonRoot));
+        already.extend(by_policy.run_as_group.map(|_| group));
     }
     if let Some(gid) = fs_group {
         fields.push(("fsGroup", Scalar::Int(gid), Rule::CachePrep));
     }
-    set_security_fields(
+    set_security_fields_but(
         &mut m,
         &w.spec_path.key("securityContext"),
         w.pod_security().is_some(),
         fields,
+        &already,
     );
 
     // 2. Containers, edited in place at their current indices.
-    nonroot::container_fixes(w, prep_managed, &mut m.patch, &mut m.changes);
+    nonroot::container_fixes(w, prep_managed, mark.as_mut(), &mut m.patch, &mut m.changes);
 
     // 3. The model cache: annotations, volume, mounts, node affinity, on a Pod only. A
     // template's pods are routed each when it is created, against the state of that moment (a
@@ -451,7 +482,16 @@ pub(crate) fn mutate_create(
         // The identity webhooks that add credentials to every container must leave it alone.
         identity_webhooks::skip_prep(w, &mut m);
     }
-    debug_assert_eq!(m.patch.is_empty(), m.changes.is_empty(), "{m:?}");
+    // The MAP's annotation goes: what it lists is reported above as this pass's own.
+    let marked = mark.is_some();
+    if let Some(mark) = mark {
+        m.notes.extend(mark.untrusted_warning());
+        m.patch.remove(&nonroot::SetByPolicy::path());
+    }
+    debug_assert!(
+        marked || m.patch.is_empty() == m.changes.is_empty(),
+        "{m:?}"
+    );
     Ok(m)
 }
 

@@ -18,6 +18,7 @@ fn with_workload<T>(pod: &Value, f: impl FnOnce(&Workload) -> T) -> T {
         exceptions: Default::default(),
         waivers: Default::default(),
         annotations: meta.and_then(|m| m.annotations.as_ref()),
+        object_annotations: meta.and_then(|m| m.annotations.as_ref()),
         labels: meta.and_then(|m| m.labels.as_ref()),
         has_metadata: true,
         spec: view.spec.as_ref().unwrap(),
@@ -311,4 +312,55 @@ fn uris_are_shortened_in_the_middle_on_character_boundaries() {
         assert_eq!(s.contains('…'), uri.len() > room, "{room}: {s}");
         assert!(s.starts_with("gs") || room < 6, "{room}: {s}");
     }
+}
+
+/// A pod that modelgate's MutatingAdmissionPolicy mutated first (docs/policy.md §13, "The MAP")
+/// gets the changes and warnings of the pod as it came, and a patch that removes the annotation
+/// and sets the rest; a listed field whose value is not the MAP's is not reported, but warned of.
+#[test]
+fn what_the_map_set_is_reported_as_set_here() {
+    let cfg = PolicyConfig::default();
+    let idx = CacheIndex::new();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [
+            {"name": "a", "image": "x", "securityContext": {"runAsNonRoot": false}},
+            {"name": "b", "image": "x"}],
+            "volumes": [{"name": "model-cache", "emptyDir": {}}]}});
+    let alone = with_workload(&pod, |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    let mut after_map = pod.clone();
+    after_map["metadata"]["annotations"] = json!({SET_BY_POLICY: "securityContext.runAsNonRoot,\
+        securityContext.runAsUser,securityContext.runAsGroup,containers[a].securityContext.runAsNonRoot"});
+    after_map["spec"]["securityContext"] =
+        json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000});
+    after_map["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = json!(true);
+    let after = with_workload(&after_map, |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    assert_eq!(described(&alone.changes), described(&after.changes));
+    assert_eq!(alone.warnings(), after.warnings());
+    assert_eq!(
+        serde_json::to_value(after.patch.into_patch().operations()).unwrap(),
+        json!([{"op": "remove", "path": "/metadata/annotations/modelgate.io~1set-by-policy"}])
+    );
+
+    // By hand, with another uid than the MAP's: the uid is the pod's own, and the entry is
+    // named in a warning.
+    after_map["spec"]["securityContext"]["runAsUser"] = json!(5);
+    let forged = with_workload(&after_map, |w| {
+        mutate_create(w, &cfg, Caches::Ready(&idx)).unwrap()
+    });
+    let mut expected = described(&alone.changes);
+    expected.retain(|(_, d)| !d.contains("runAsUser"));
+    assert_eq!(described(&forged.changes), expected);
+    let warnings = forged.warnings();
+    assert!(
+        warnings.last().unwrap().starts_with(SET_BY_POLICY)
+            && warnings
+                .last()
+                .unwrap()
+                .ends_with(": securityContext.runAsUser"),
+        "{warnings:?}"
+    );
 }

@@ -31,6 +31,10 @@ pub(crate) struct Workload<'a> {
     /// with.
     pub prep_withheld: OnceCell<Option<super::cache_prep::Withheld<'a>>>,
     pub annotations: Option<&'a StrMap<'a>>,
+    /// The admitted object's own annotations: a Pod's (as `annotations`), a Job's (not its
+    /// template's); `None` for a template judged in memory. Where modelgate's
+    /// MutatingAdmissionPolicy writes what it set (docs/policy.md §13, "The MAP").
+    pub object_annotations: Option<&'a StrMap<'a>>,
     /// The Pod's labels, or the Job template's.
     pub labels: Option<&'a StrMap<'a>>,
     /// Whether the metadata object exists (a Job template may have none).

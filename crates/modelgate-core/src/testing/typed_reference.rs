@@ -514,6 +514,7 @@ pub fn policy_on_both_readings(
             exceptions: Default::default(),
             waivers: Default::default(),
             annotations: meta.and_then(|m| m.annotations.as_ref()),
+            object_annotations: None,
             labels: meta.and_then(|m| m.labels.as_ref()),
             has_metadata: meta.is_some(),
             spec,

@@ -52,6 +52,46 @@ impl Kept {
     }
 }
 
+/// The files of one run: the policy, then each case (`case-NNNNN.json`, in the order given),
+/// in a temporary directory that lives as long as this (kept with [`KEEP_ENV`]).
+struct Inputs {
+    dir: Kept,
+    policy: PathBuf,
+    cases: Vec<PathBuf>,
+}
+
+fn write_inputs(policy_file: &str, policy: &Value, cases: &[Case]) -> Inputs {
+    let work = tempfile::tempdir().expect("a temporary directory");
+    // To run the binaries on these files by hand: `MODELGATE_KUBE_CEL_KEEP=1` keeps them.
+    let dir = if std::env::var_os(KEEP_ENV).is_some() {
+        let kept = work.keep();
+        println!(
+            "{KEEP_ENV}: the policy and its cases are in {}",
+            kept.display()
+        );
+        Kept::Dir(kept)
+    } else {
+        Kept::Temp(work)
+    };
+    let policy_path = dir.path().join(policy_file);
+    std::fs::write(&policy_path, serde_json::to_vec(policy).unwrap()).unwrap();
+    let width = cases.len().to_string().len().max(5);
+    let cases = cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let path = dir.path().join(format!("case-{i:0width$}.json"));
+            std::fs::write(&path, serde_json::to_vec(&case.to_json()).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    Inputs {
+        dir,
+        policy: policy_path,
+        cases,
+    }
+}
+
 /// One API server version: its binary and the environment a cluster of that version runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version {
@@ -410,30 +450,11 @@ pub fn evaluate_in(versions: &[Version], vap: &Value, cases: &[Case]) -> Evaluat
     let dir = tools_dir().unwrap_or_else(|| {
         panic!("kube-apiserver's CEL evaluator is missing ({DIR_ENV}, or .inputs/kube-cel: scripts/inputs.sh)")
     });
-    let work = tempfile::tempdir().expect("a temporary directory");
-    // To run the binaries on these files by hand: `MODELGATE_KUBE_CEL_KEEP=1` keeps them.
-    let work = if std::env::var_os(KEEP_ENV).is_some() {
-        let kept = work.keep();
-        println!(
-            "{KEEP_ENV}: the policy and its cases are in {}",
-            kept.display()
-        );
-        Kept::Dir(kept)
-    } else {
-        Kept::Temp(work)
-    };
-    let vap_path = work.path().join("vap.json");
-    std::fs::write(&vap_path, serde_json::to_vec(vap).unwrap()).unwrap();
-    let width = cases.len().to_string().len().max(5);
-    let files: Vec<PathBuf> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let path = work.path().join(format!("case-{i:0width$}.json"));
-            std::fs::write(&path, serde_json::to_vec(&case.to_json()).unwrap()).unwrap();
-            path
-        })
-        .collect();
+    let Inputs {
+        dir: _work,
+        policy: vap_path,
+        cases: files,
+    } = write_inputs("vap.json", vap, cases);
     let outputs: Vec<(Version, String)> = std::thread::scope(|scope| {
         let handles: Vec<_> = versions
             .iter()
@@ -785,29 +806,11 @@ pub fn apply_map(map: &Value, cases: &[Case]) -> MapEvaluation {
     let dir = map_tools_dir().unwrap_or_else(|| {
         panic!("{MAP_BINARY} is missing ({DIR_ENV}, or .inputs/kube-cel: scripts/inputs.sh)")
     });
-    let work = tempfile::tempdir().expect("a temporary directory");
-    let work = if std::env::var_os(KEEP_ENV).is_some() {
-        let kept = work.keep();
-        println!(
-            "{KEEP_ENV}: the MAP and its cases are in {}",
-            kept.display()
-        );
-        Kept::Dir(kept)
-    } else {
-        Kept::Temp(work)
-    };
-    let map_path = work.path().join("map.json");
-    std::fs::write(&map_path, serde_json::to_vec(map).unwrap()).unwrap();
-    let width = cases.len().to_string().len().max(5);
-    let files: Vec<PathBuf> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let path = work.path().join(format!("case-{i:0width$}.json"));
-            std::fs::write(&path, serde_json::to_vec(&case.to_json()).unwrap()).unwrap();
-            path
-        })
-        .collect();
+    let Inputs {
+        dir: _work,
+        policy: map_path,
+        cases: files,
+    } = write_inputs("map.json", map, cases);
     let binary = dir.join(MAP_BINARY);
     let out = {
         let _permit = Permit::take();

@@ -378,12 +378,7 @@ fn a_private_registry_needs_the_registry_config() {
     assert!(e.is_string(), "{e}");
     // With a docker config.json for that registry.
     let config = dir.path().join("config.json");
-    let auth = base64::engine::general_purpose::STANDARD.encode("ci:s3cret");
-    std::fs::write(
-        &config,
-        json!({"auths": {registry.host.clone(): {"auth": auth}}}).to_string(),
-    )
-    .unwrap();
+    std::fs::write(&config, docker_config(&registry.host, "ci:s3cret")).unwrap();
     let run = images(&[
         "--insecure-registry",
         &registry.host,
@@ -402,12 +397,7 @@ fn a_private_registry_needs_the_registry_config() {
     );
     // A wrong password is a finding too.
     let wrong = dir.path().join("wrong.json");
-    let auth = base64::engine::general_purpose::STANDARD.encode("ci:wrong");
-    std::fs::write(
-        &wrong,
-        json!({"auths": {registry.host.clone(): {"auth": auth}}}).to_string(),
-    )
-    .unwrap();
+    std::fs::write(&wrong, docker_config(&registry.host, "ci:wrong")).unwrap();
     let run = images(&[
         "--insecure-registry",
         &registry.host,

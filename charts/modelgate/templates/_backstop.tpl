@@ -216,17 +216,12 @@ ValidatingAdmissionPolicy and the MutatingAdmissionPolicy alike: the binary's te
 {{- end -}}
 
 {{/*
-The namespaces both backstop bindings select: the webhooks' own, in enforce (docs/policy.md
-section 9: a mode label that is none of the others, or none at all when defaultMode is
-enforce), and not opened for exceptions, which the policies cannot see (docs/exceptions.md).
+The namespaces both backstop bindings select: the webhooks' own, in enforce
+(modelgate.enforceExpressions), and not opened for exceptions, which the policies cannot see (docs/exceptions.md).
 */}}
 {{- define "modelgate.backstopBindingSelector" -}}
 {{- $selector := include "modelgate.namespaceSelector" . | fromYaml -}}
-{{- $modes := list -}}
-{{- if ne .Values.defaultMode "enforce" -}}
-{{- $modes = append $modes (dict "key" "modelgate.io/mode" "operator" "Exists") -}}
-{{- end -}}
-{{- $modes = append $modes (dict "key" "modelgate.io/mode" "operator" "NotIn" "values" (list "warn" "audit" "off")) -}}
+{{- $modes := include "modelgate.enforceExpressions" . | fromJsonArray -}}
 {{- $closed := list (dict "key" "modelgate.io/exceptions" "operator" "NotIn" "values" (list "allowed")) -}}
 {{- $_ := set $selector "matchExpressions" (concat $selector.matchExpressions $modes $closed) -}}
 {{- toYaml $selector -}}

@@ -36,10 +36,7 @@ Otherwise one scope: every opted-in namespace, with the failurePolicy of modelga
 {{- $opened := dict "key" "modelgate.io/exceptions" "operator" "In" "values" (list "allowed") -}}
 {{- $notOpened := dict "key" "modelgate.io/exceptions" "operator" "NotIn" "values" (list "allowed") -}}
 {{- $nonBlocking := list "warn" "audit" "off" -}}
-{{- $enforce := list (dict "key" "modelgate.io/mode" "operator" "NotIn" "values" $nonBlocking) -}}
-{{- if ne .root.Values.defaultMode "enforce" -}}
-{{- $enforce = prepend $enforce (dict "key" "modelgate.io/mode" "operator" "Exists") -}}
-{{- end -}}
+{{- $enforce := include "modelgate.enforceExpressions" .root | fromJsonArray -}}
 {{- $scopes := list
   (dict "suffix" "" "failurePolicy" "Ignore" "expressions" (list $notOpened))
   (dict "suffix" "-exceptions" "failurePolicy" "Fail" "expressions" (prepend $enforce $opened))
@@ -50,6 +47,19 @@ Otherwise one scope: every opted-in namespace, with the failurePolicy of modelga
 {{- end -}}
 {{- $scopes | toJson -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The label requirements that select the namespaces in enforce (docs/policy.md section 9), as a
+JSON list: a mode label that is none of the others (an unknown value counts as enforce), or
+none at all when defaultMode is enforce (NotIn matches a namespace without the key).
+*/}}
+{{- define "modelgate.enforceExpressions" -}}
+{{- $modes := list -}}
+{{- if ne .Values.defaultMode "enforce" -}}
+{{- $modes = append $modes (dict "key" "modelgate.io/mode" "operator" "Exists") -}}
+{{- end -}}
+{{- append $modes (dict "key" "modelgate.io/mode" "operator" "NotIn" "values" (list "warn" "audit" "off")) | toJson -}}
 {{- end -}}
 
 {{/* The namespaceSelector of one scope of modelgate.webhookScopes: the webhooks' own, and the scope's expressions. */}}
